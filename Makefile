@@ -1,0 +1,47 @@
+# specq — developer entry points. `make install`, `make test`, `make demo` are the README's three commands.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# CPU machines: torch 2.13.0 (a CPU build where the machine provides one). GPU machines with lmdeploy need
+# torch <= 2.12.1: use `make install-gpu`, which lets lmdeploy choose torch.
+TORCH ?= torch==2.13.0
+CPU_EXTRAS ?= ml,serve,quant,dev
+GPU_EXTRAS ?= ml,serve,quant,lmdeploy,dev
+PYTEST_ARGS ?=
+export GPTQMODEL_CPU_WORKERS ?= 2
+
+.PHONY: install install-gpu test lint typecheck unit demo gpu-check docs clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q -e ".[$(CPU_EXTRAS)]" "$(TORCH)"
+
+install-gpu: $(BIN)/python
+	$(BIN)/pip install -q -e ".[$(GPU_EXTRAS)]"
+
+lint:
+	$(BIN)/ruff check cli pipeline tests benchmarks
+	$(BIN)/ruff format --check cli pipeline tests benchmarks
+
+typecheck:
+	$(BIN)/mypy cli pipeline
+
+# The README's test command.
+test: lint typecheck
+	$(BIN)/pytest -m "not gpu" --durations=15 $(PYTEST_ARGS)
+
+unit:
+	$(BIN)/pytest tests/unit -q $(PYTEST_ARGS)
+
+demo:
+	$(BIN)/specq demo
+
+gpu-check:
+	$(BIN)/pytest -m gpu tests/gpu -v $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache specq-out

@@ -1,0 +1,58 @@
+"""What several commands share: option aliases declared once, the two consoles (data on stdout,
+diagnostics on stderr), config resolution from typed flags, and JSON output."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from specq.pipeline.config import SpecqConfig, resolve_config
+
+out = Console(soft_wrap=True)  # data
+err = Console(stderr=True, soft_wrap=True)  # progress, logs, hints
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="TOML or tutorial-style INI file, or the name of a packaged preset."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="More diagnostics on stderr.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only errors on stderr.")]
+
+
+class State:
+    verbose = False
+    quiet = False
+
+
+def info(msg: str) -> None:
+    if not State.quiet:
+        err.print(msg, highlight=False)
+
+
+def debug(msg: str) -> None:
+    if State.verbose and not State.quiet:
+        err.print(f"[dim]{msg}[/dim]", highlight=False)
+
+
+def progress(msg: str) -> None:
+    """The progress callback handed to pipeline functions."""
+    info(f"[cyan]•[/cyan] {msg}")
+
+
+def typed(**options: Any) -> dict[str, Any]:
+    """Keep only the options the user actually typed (Typer defaults are None)."""
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def resolve(config: Path | None, **sections: dict[str, Any]) -> SpecqConfig:
+    return resolve_config(config, flags={k: typed(**v) for k, v in sections.items()})
+
+
+def emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.flush()

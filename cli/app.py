@@ -1,0 +1,91 @@
+"""The `specq` Typer app: registers one module per command and maps every `SpecqError` to one line on
+stderr and its exit code (tracebacks only with SPECQ_DEBUG=1)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Any
+
+import typer
+from rich.text import Text
+from specq.pipeline import __version__
+from specq.pipeline.errors import SpecqError
+from typer.core import TyperGroup
+
+from . import _common
+
+
+class SpecqGroup(TyperGroup):
+    """Root group whose invoke() is the one place where errors become exit codes."""
+
+    def invoke(self, ctx: Any) -> Any:  # Typer's vendored click Context
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, typer.TyperException):  # exits and usage errors: Typer's own
+            raise
+        except SpecqError as e:
+            _fail(e, str(e), e.exit_code)
+        except KeyboardInterrupt as e:
+            _fail(e, "interrupted", 130)
+        except Exception as e:  # the one place a blind except belongs: nothing else may reach the user
+            _fail(e, f"unexpected error: {type(e).__name__}: {e} (rerun with SPECQ_DEBUG=1 and report it)", 1)
+
+
+def _fail(exc: BaseException, message: str, code: int) -> None:
+    if os.environ.get("SPECQ_DEBUG") == "1":
+        traceback.print_exception(exc)
+    line = " ".join(message.split("\n")[0].split()) or type(exc).__name__
+    _common.err.print(Text.assemble(("specq: error: ", "bold red"), line), highlight=False)
+    raise typer.Exit(code)
+
+
+app = typer.Typer(
+    name="specq",
+    cls=SpecqGroup,
+    help="From checkpoint to a measured, faster LLM service on one GPU: quantize, convert, serve with "
+    "speculative decoding, benchmark.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        _common.out.print(f"specq {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    verbose: _common.VerboseOpt = False,
+    quiet: _common.QuietOpt = False,
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Show the version."
+    ),
+) -> None:
+    _common.State.verbose = verbose
+    _common.State.quiet = quiet
+
+
+def _register() -> None:
+    # Imported here so that each command module stays light: heavy imports live in pipeline functions.
+    from . import bench, config, convert, demo, doctor, draft, plan, quantize, report, serve, toy
+
+    for module in (quantize, convert, serve, bench, plan, report, doctor, config, toy, draft, demo):
+        module.register(app)
+
+
+_register()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except SystemExit:
+        raise
+    sys.exit(0)

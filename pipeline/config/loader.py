@@ -1,0 +1,192 @@
+"""Resolve the layered configuration: packaged preset (`configs/default.toml`) < `--config FILE` (TOML, or an
+INI shaped like the tutorial's `speculative_config.ini`; a bare name picks a packaged preset) < `SPECQ_*`
+environment variables (`SPECQ_ENGINE__CACHE_MAX_ENTRY_COUNT=0.6`) < flags the user actually typed.
+Each layer's keys are checked against the schema before merging, so an unknown key is reported with the
+layer it came from and the closest valid key."""
+
+from __future__ import annotations
+
+import configparser
+import difflib
+import json
+import os
+import sys
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from ..errors import ConfigError
+from .models import SpecqConfig
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ENV_PREFIX = "SPECQ_"
+# Keys users bring from the tutorial that LMDeploy 0.18 has no equivalent for.
+REJECTED_KEYS = {
+    "use_dynamic_draft_length": "LMDeploy 0.18 has no dynamic draft length: remove it and set "
+    "num_draft_tokens (specq bench --draft-tokens 3..6 finds the best fixed value)",
+}
+# Keys that are not fields but are not errors either (documentation in presets).
+META_KEYS = {"description"}
+
+
+def preset_names() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files("specq.configs").iterdir() if p.name.endswith(".toml"))
+
+
+def read_preset(name: str) -> dict[str, Any]:
+    ref = resources.files("specq.configs").joinpath(f"{name}.toml")
+    if not ref.is_file():
+        raise ConfigError(f"no packaged preset '{name}'; available: {', '.join(preset_names())}")
+    return _parse_toml(ref.read_text(encoding="utf-8"), f"preset {name}")
+
+
+def _parse_toml(text: str, source: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{source}: not valid TOML: {e}") from None
+
+
+def _coerce(value: str) -> Any:
+    """An INI or environment value as the scalar it spells (bool, int, float, JSON list) or a string."""
+    v = value.strip()
+    low = v.lower()
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    for cast in (int, float):
+        try:
+            return cast(v)
+        except ValueError:
+            pass
+    if v.startswith("[") or v.startswith("{"):
+        try:
+            return json.loads(v)
+        except json.JSONDecodeError:
+            pass
+    if len(v) >= 2 and v[0] == v[-1] and v[0] in "\"'":
+        return v[1:-1]
+    return v
+
+
+def _looks_like_preset(path: Path) -> bool:
+    return not path.exists() and "/" not in str(path) and path.suffix.lower() not in (".toml", ".ini", ".cfg")
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        if _looks_like_preset(path):
+            return read_preset(str(path))
+        raise ConfigError(f"config file {path} does not exist")
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a directory; pass a .toml or .ini file")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix.lower() in (".ini", ".cfg"):
+        parser = configparser.ConfigParser(inline_comment_prefixes=("#", ";"), interpolation=None)
+        try:
+            parser.read_string(text, source=str(path))
+        except configparser.Error as e:
+            raise ConfigError(f"config file {path}: not valid INI: {str(e).splitlines()[0]}") from None
+        return {s: {k: _coerce(v) for k, v in parser[s].items()} for s in parser.sections()}
+    return _parse_toml(text, f"config file {path}")
+
+
+def env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        section, _, key = name[len(ENV_PREFIX) :].lower().partition("__")
+        out.setdefault(section, {})[key] = _coerce(value)
+    return out
+
+
+def _check_keys(layer: Mapping[str, Any], model: type[BaseModel], source: str, prefix: str = "") -> None:
+    fields = model.model_fields
+    names = set(fields) | {f.alias for f in fields.values() if f.alias}
+    for key, value in layer.items():
+        dotted = f"{prefix}{key}"
+        if key in REJECTED_KEYS:
+            raise ConfigError(f"{source}: '{dotted}' is not supported: {REJECTED_KEYS[key]}")
+        if not prefix and key in META_KEYS:
+            continue
+        if key not in names:
+            close = difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.5)
+            hint = (
+                f" (did you mean '{prefix}{close[0]}'?)" if close else f"; valid: {', '.join(sorted(names))}"
+            )
+            raise ConfigError(f"{source}: unknown key '{dotted}'{hint}")
+        field = fields.get(key)
+        sub = field.annotation if field is not None else None
+        if isinstance(sub, type) and issubclass(sub, BaseModel):
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{source}: '{dotted}' must be a table of settings, got {value!r}")
+            _check_keys(value, sub, source, f"{dotted}.")
+
+
+def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in top.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _strip_meta(layer: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in layer.items() if k not in META_KEYS}
+
+
+def resolve_config(
+    config_file: str | Path | None = None,
+    flags: Mapping[str, Mapping[str, Any]] | None = None,
+    environ: Mapping[str, str] | None = None,
+    preset: str = "default",
+) -> SpecqConfig:
+    """Merge the layers and validate once. `flags` holds only options the user typed, by section."""
+    layers: list[tuple[str, dict[str, Any]]] = [(f"preset {preset}", read_preset(preset))]
+    if config_file is not None:
+        path = Path(config_file)
+        source = f"preset {path}" if _looks_like_preset(path) else f"config file {path}"
+        layers.append((source, read_config_file(path)))
+    layers.append(("environment (SPECQ_*)", env_layer(os.environ if environ is None else environ)))
+    layers.append(("command-line flags", {k: dict(v) for k, v in (flags or {}).items() if v}))
+    merged: dict[str, Any] = {}
+    for source, layer in layers:
+        _check_keys(layer, SpecqConfig, source)
+        merged = _merge(merged, _strip_meta(layer))
+    try:
+        return SpecqConfig.model_validate(merged)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"{where}: {err['msg']} (got {err.get('input')!r})") from None
+
+
+def config_to_toml(cfg: SpecqConfig, sections: tuple[str, ...] | None = None) -> str:
+    """Render the resolved config as TOML (saved beside every artifact so a result can be reproduced)."""
+    data = cfg.model_dump(mode="json", by_alias=True)
+    lines: list[str] = []
+    for section, values in data.items():
+        if sections and section not in sections:
+            continue
+        lines.append(f"[{section}]")
+        for key, value in values.items():
+            if value is None:
+                continue
+            lines.append(f"{_toml_key(key)} = {json.dumps(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_key(key: str) -> str:
+    return key if key.replace("_", "").isalnum() else json.dumps(key)

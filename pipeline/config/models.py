@@ -1,0 +1,173 @@
+"""Typed settings for every stage. A TOML (or tutorial-style INI) file has one table per section:
+`[model] [engine] [speculative] [generation]` (shared by serve and bench, shaped like the user's
+`speculative_config.ini`), and `[quantize] [convert] [bench] [plan] [draft]`. Every model forbids unknown keys
+so a typo is an error, never silently ignored."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SPECULATIVE_METHODS = ("dflash", "eagle3", "eagle", "qwen3_5_mtp", "deepseek_mtp", "hy3_mtp", "draft")
+Method = Literal["dflash", "eagle3", "eagle", "qwen3_5_mtp", "deepseek_mtp", "hy3_mtp", "draft"]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSection(Section):
+    """Which checkpoints to serve. `draft_model_path` and `num_draft_tokens` sit here as in the tutorial."""
+
+    model_path: str | None = None
+    model_name: str | None = Field(None, description="name the server announces; default: directory name")
+    draft_model_path: str | None = None
+    num_draft_tokens: int = Field(0, ge=0, le=15, description="draft tokens per step; 0 = no speculation")
+    trust_remote_code: bool = False
+
+    @field_validator("num_draft_tokens")
+    @classmethod
+    def _k_range(cls, v: int) -> int:
+        if v > 15:
+            raise ValueError("must be in 0..15")
+        return v
+
+
+class EngineSection(Section):
+    engine: Literal["lmdeploy", "embedded", "auto"] = "auto"
+    backend: Literal["turbomind", "pytorch", "auto"] = "auto"
+    host: str = "127.0.0.1"
+    port: int | None = Field(None, ge=1, le=65535, description="default: a free port")
+    max_batch_size: int = Field(1, ge=1)
+    cache_max_entry_count: float = Field(0.8, gt=0, le=1)
+    enable_prefix_caching: bool = False
+    session_len: int | None = Field(None, ge=64)
+    tp: int = Field(1, ge=1)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
+    eager_mode: bool = False
+    ready_timeout_s: float = Field(600.0, gt=0)
+    max_queue: int = Field(64, ge=1, description="embedded engine: waiting requests before 429")
+    api_keys_env: str | None = Field(None, description="environment variable holding the API key(s)")
+    api_keys_file: str | None = None
+
+
+class SpeculativeSection(Section):
+    method: Method | None = Field(None, description="default: detected from the draft's config.json")
+    dflash_block_size: int | None = Field(None, ge=2)
+
+
+class GenerationSection(Section):
+    temperature: float = Field(0.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int | None = Field(None, ge=0)
+    repetition_penalty: float = Field(1.0, gt=0)
+    max_new_tokens: int = Field(256, ge=1)
+
+
+class QuantizeSection(Section):
+    model: str | None = None
+    method: Literal["gptq", "awq"] = "awq"
+    bits: int = 4
+    group_size: int = 128
+    sym: bool = True
+    desc_act: bool = False
+    calib: str | None = None
+    text_field: str = "text"
+    samples: int = Field(128, ge=1)
+    seqlen: int = Field(512, ge=16)
+    seed: int = 0
+    backend: str | None = None
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    out: str | None = None
+    turbomind_check: bool = True
+    target: Literal["speculative", "plain"] = Field("speculative", alias="for")
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class ConvertSection(Section):
+    to: Literal["awq"] | None = None
+    dtype: Literal["float16", "bfloat16"] | None = None
+    out: str | None = None
+    engine_check: bool = False
+
+
+class BenchSection(Section):
+    url: str | None = None
+    served_model_name: str | None = None
+    draft_tokens: list[int] = Field(default_factory=lambda: [3, 4, 5, 6])
+    baseline: bool = True
+    baseline_engine: Literal["same", "turbomind", "pytorch", "embedded"] = "same"
+    suite: str | None = "mixed"
+    prompts: str | None = None
+    dataset: str | None = None
+    field: str = "prompt"
+    requests: int = Field(16, ge=1)
+    max_tokens: int = Field(128, ge=1)
+    concurrency: list[int] = Field(default_factory=lambda: [1])
+    warmup: int = Field(1, ge=0)
+    repeats: int = Field(1, ge=1)
+    temperature: float = Field(0.0, ge=0)
+    seed: int = 0
+    ignore_eos: bool = False
+    mode: Literal["chat", "completion"] = "chat"
+    request_timeout_s: float = Field(300.0, gt=0)
+    max_error_rate: float = Field(0.1, ge=0, le=1)
+    nvml_interval_s: float = Field(0.1, gt=0)
+    gpu_bandwidth_gbps: float | None = Field(None, gt=0)
+    out: str | None = None
+    min_speedup: float | None = Field(None, gt=0)
+    baseline_report: str | None = None
+    max_regression: float | None = Field(None, ge=0, description="fraction, 0.05 = 5 %")
+
+    @field_validator("draft_tokens")
+    @classmethod
+    def _ks(cls, v: list[int]) -> list[int]:
+        bad = [k for k in v if not 0 <= k <= 15]
+        if bad:
+            raise ValueError(f"draft token counts must be in 0..15, got {bad}")
+        return v
+
+
+class PlanSection(Section):
+    gpu_memory: str | None = Field(None, description="e.g. 24GiB; default: measured through NVML")
+    batch: int = Field(1, ge=1)
+    session_len: int | None = Field(None, ge=64)
+    kv_dtype: Literal["auto", "float16", "bfloat16", "int8", "int4"] = "auto"
+
+
+class DraftSection(Section):
+    layers: int = Field(1, ge=1)
+    block_size: int = Field(8, ge=2)
+    steps: int = Field(300, ge=1)
+    data: str | None = None
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
+    seed: int = 0
+    self_distill: bool = True
+
+
+class SpecqConfig(Section):
+    """The whole resolved configuration. Every command reads the sections it needs."""
+
+    model: ModelSection = Field(default_factory=ModelSection)
+    engine: EngineSection = Field(default_factory=EngineSection)
+    speculative: SpeculativeSection = Field(default_factory=SpeculativeSection)
+    generation: GenerationSection = Field(default_factory=GenerationSection)
+    quantize: QuantizeSection = Field(default_factory=QuantizeSection)
+    convert: ConvertSection = Field(default_factory=ConvertSection)
+    bench: BenchSection = Field(default_factory=BenchSection)
+    plan: PlanSection = Field(default_factory=PlanSection)
+    draft: DraftSection = Field(default_factory=DraftSection)
+
+
+STAGES: dict[str, tuple[str, ...]] = {
+    "serve": ("model", "engine", "speculative", "generation"),
+    "bench": ("model", "engine", "speculative", "generation", "bench"),
+    "quantize": ("quantize",),
+    "convert": ("model", "convert"),
+    "plan": ("model", "engine", "speculative", "plan"),
+    "draft": ("model", "draft"),
+}

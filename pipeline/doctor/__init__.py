@@ -1,0 +1,181 @@
+"""`specq doctor`: what this machine can and cannot do for each stage, each check ok/warn/fail with a fix."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import sys
+from typing import Literal
+
+from pydantic import BaseModel
+
+from .. import hardware
+
+Status = Literal["ok", "warn", "fail"]
+
+QUANT_BACKENDS = {
+    "gptqmodel": "gptqmodel",
+    "llmcompressor": "llmcompressor",
+    "autoawq": "awq",
+    "lmdeploy": "lmdeploy",
+}
+
+
+class Check(BaseModel):
+    name: str
+    status: Status
+    detail: str
+    fix: str | None = None
+
+
+class DoctorReport(BaseModel):
+    schema_version: int = 1
+    checks: list[Check]
+    gpus: list[hardware.GpuInfo]
+
+    @property
+    def worst(self) -> Status:
+        order = {"ok": 0, "warn": 1, "fail": 2}
+        return max((c.status for c in self.checks), key=order.__getitem__, default="ok")
+
+
+def _mem_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def run_doctor(path: str = ".") -> DoctorReport:
+    checks: list[Check] = []
+    add = checks.append
+    py = sys.version_info
+    add(
+        Check(
+            name="python",
+            status="ok" if py >= (3, 10) else "fail",
+            detail=platform.python_version(),
+            fix=None if py >= (3, 10) else "use Python 3.10 or newer",
+        )
+    )
+    add(Check(name="platform", status="ok", detail=f"{platform.system()} {platform.machine()}"))
+    cpus = os.cpu_count() or 1
+    add(Check(name="cpus", status="ok" if cpus >= 2 else "warn", detail=str(cpus)))
+    mem = _mem_bytes()
+    add(
+        Check(
+            name="memory",
+            status="ok" if mem and mem >= 8 * 2**30 else "warn",
+            detail=f"{mem / 2**30:.1f} GiB" if mem else "unknown",
+            fix=None if mem and mem >= 8 * 2**30 else "8 GiB or more is needed to quantize the toy models",
+        )
+    )
+    free = shutil.disk_usage(path).free
+    add(
+        Check(
+            name="disk",
+            status="ok" if free >= 10 * 2**30 else "warn",
+            detail=f"{free / 2**30:.1f} GiB free",
+            fix=None if free >= 10 * 2**30 else "free disk space: checkpoints take GBs",
+        )
+    )
+
+    torch_v = hardware.package_version("torch")
+    if torch_v is None:
+        add(
+            Check(
+                name="torch",
+                status="warn",
+                detail="not installed",
+                fix="pip install 'specq[ml]' (needed to quantize, train toys and run the embedded engine)",
+            )
+        )
+    else:
+        cuda = hardware.cuda_usable()
+        add(Check(name="torch", status="ok", detail=f"{torch_v}, CUDA {'usable' if cuda else 'not usable'}"))
+
+    gpus = hardware.list_gpus()
+    if not gpus:
+        add(
+            Check(
+                name="gpu",
+                status="warn",
+                detail="no NVIDIA GPU found through NVML",
+                fix="CPU-only: the embedded engine and the demo work; LMDeploy needs an NVIDIA GPU",
+            )
+        )
+    for g in gpus:
+        bw = f", {g.bandwidth_gbps:.0f} GB/s" if g.bandwidth_gbps else ""
+        add(
+            Check(
+                name=f"gpu{g.index}",
+                status="ok",
+                detail=f"{g.name}, {g.memory_total_bytes / 2**30:.1f} GiB, driver {g.driver}, "
+                f"sm {g.compute_capability}{bw}",
+            )
+        )
+
+    lmd = hardware.package_version("lmdeploy")
+    if lmd is None:
+        add(
+            Check(
+                name="lmdeploy",
+                status="warn",
+                detail="not installed",
+                fix="on a GPU machine: pip install 'specq[lmdeploy]' (lmdeploy 0.18.x)",
+            )
+        )
+    else:
+        ok = lmd.startswith("0.18")
+        add(
+            Check(
+                name="lmdeploy",
+                status="ok" if ok else "warn",
+                detail=lmd,
+                fix=None if ok else "specq is built for lmdeploy 0.18.x",
+            )
+        )
+        tm = hardware.try_import("lmdeploy.lib._turbomind")
+        add(
+            Check(
+                name="turbomind",
+                status="ok" if tm is None else "warn",
+                detail="native module imports" if tm is None else tm,
+                fix=None
+                if tm is None
+                else "TurboMind needs lmdeploy's CUDA build matching your CUDA runtime",
+            )
+        )
+        pt = hardware.try_import("lmdeploy.pytorch.engine")
+        add(
+            Check(
+                name="pytorch-engine",
+                status="ok" if pt is None else "warn",
+                detail="imports" if pt is None else pt,
+                fix=None if pt is None else "reinstall lmdeploy with a matching torch (<= 2.12.1)",
+            )
+        )
+    fa3 = hardware.flash_attention_3()
+    add(
+        Check(
+            name="flash-attention-3",
+            status="ok" if fa3 is None else "warn",
+            detail="flash_attn_interface imports" if fa3 is None else "not importable",
+            fix=None
+            if fa3 is None
+            else "LMDeploy speculative decoding on CUDA needs it: build FlashAttention-3 "
+            "from the flash-attention project's hopper/ directory",
+        )
+    )
+    for name, module in QUANT_BACKENDS.items():
+        present = hardware.module_present(module)
+        add(
+            Check(
+                name=f"quant:{name}",
+                status="ok" if present else "warn",
+                detail="installed" if present else "not installed",
+                fix=None if present else "pip install 'specq[quant]'",
+            )
+        )
+    return DoctorReport(checks=checks, gpus=gpus)

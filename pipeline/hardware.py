@@ -1,0 +1,120 @@
+"""What the machine has: GPUs through NVML (nvidia-ml-py), optional packages by import, FlashAttention-3.
+Shared by `doctor`, serve preflight and the benchmark's report header. Nothing here imports torch unless a
+function says so."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class GpuInfo(BaseModel):
+    index: int
+    name: str
+    memory_total_bytes: int
+    driver: str | None = None
+    compute_capability: str | None = None
+    memory_bus_width_bits: int | None = None
+    max_memory_clock_mhz: int | None = None
+    bandwidth_gbps: float | None = None  # theoretical peak from NVML's memory clock and bus width
+
+
+def _nvml() -> Any | None:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # NVMLError_LibraryNotFound / DriverNotLoaded: no NVIDIA GPU here
+        return None
+    return pynvml
+
+
+def nvml_available() -> bool:
+    return _nvml() is not None
+
+
+def list_gpus() -> list[GpuInfo]:
+    """Every NVIDIA GPU NVML sees; an empty list on machines without one."""
+    nv = _nvml()
+    if nv is None:
+        return []
+    gpus: list[GpuInfo] = []
+    driver = _safe(lambda: _s(nv.nvmlSystemGetDriverVersion()))
+    for i in range(nv.nvmlDeviceGetCount()):
+        h = nv.nvmlDeviceGetHandleByIndex(i)
+        cc = _safe(lambda h=h: ".".join(map(str, nv.nvmlDeviceGetCudaComputeCapability(h))))
+        bus = _safe(lambda h=h: int(nv.nvmlDeviceGetMemoryBusWidth(h)))
+        clock = _safe(lambda h=h: int(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM)))
+        # DDR: two transfers per clock; bus width in bits.
+        bw = round(clock * 1e6 * 2 * bus / 8 / 1e9, 1) if bus and clock else None
+        gpus.append(
+            GpuInfo(
+                index=i,
+                name=_s(nv.nvmlDeviceGetName(h)),
+                memory_total_bytes=int(nv.nvmlDeviceGetMemoryInfo(h).total),
+                driver=driver,
+                compute_capability=cc,
+                memory_bus_width_bits=bus,
+                max_memory_clock_mhz=clock,
+                bandwidth_gbps=bw,
+            )
+        )
+    return gpus
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _safe(fn: Any) -> Any:
+    try:
+        return fn()
+    except Exception:  # an NVML query this GPU or driver does not support
+        return None
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def module_present(module: str) -> bool:
+    """True when `module` can be found, without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def try_import(module: str) -> str | None:
+    """Import `module`; None when it works, else the one-line reason."""
+    try:
+        importlib.import_module(module)
+        return None
+    except Exception as e:  # ImportError, OSError from a native library, anything a module may raise
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".strip()
+
+
+def flash_attention_3() -> str | None:
+    """None when FlashAttention-3 imports (LMDeploy's speculative decoding on CUDA needs it)."""
+    return try_import("flash_attn_interface")
+
+
+def cuda_usable() -> bool:
+    """Whether torch sees a CUDA device (imports torch; False without it)."""
+    if not module_present("torch"):
+        return False
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False

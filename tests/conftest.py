@@ -1,0 +1,40 @@
+"""Shared fixtures. GPU tests skip cleanly on machines without a CUDA GPU."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from specq.pipeline.hardware import cuda_usable
+
+    if any("gpu" in item.keywords for item in items) and not cuda_usable():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture
+def cli():
+    """Invoke the specq app like a user would; returns (exit_code, stdout, stderr)."""
+    from specq.cli.app import app
+
+    runner = CliRunner()
+
+    def invoke(*args: str, env: dict[str, str] | None = None):
+        result = runner.invoke(app, list(args), env=env, catch_exceptions=False)
+        return result.exit_code, result.stdout, result.stderr
+
+    return invoke
+
+
+@pytest.fixture(autouse=True)
+def _no_debug(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPECQ_DEBUG", raising=False)
+    for name in list(os.environ):
+        if name.startswith("SPECQ_") and "__" in name:
+            monkeypatch.delenv(name)

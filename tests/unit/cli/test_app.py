@@ -1,0 +1,101 @@
+"""The CLI contract: commands exist, exit codes, one-line errors, stdout/stderr split, no torch on --help."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+COMMANDS = [
+    "quantize",
+    "convert",
+    "serve",
+    "bench",
+    "plan",
+    "report",
+    "doctor",
+    "config",
+    "toy",
+    "draft",
+    "demo",
+]
+
+
+def test_help_lists_every_command(cli) -> None:
+    code, out, _ = cli("--help")
+    assert code == 0
+    for name in COMMANDS:
+        assert name in out
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_has_help_with_example(cli, name: str) -> None:
+    code, out, _ = cli(name, "--help")
+    assert code == 0, out
+    assert "Example" in out or "Commands" in out
+
+
+def test_help_does_not_import_torch() -> None:
+    code = (
+        "import sys; from specq.cli.app import app\ntry:\n app(['--help'])\nexcept SystemExit: pass\n"
+        "bad = [m for m in ('torch', 'transformers', 'datasets', 'lmdeploy') if m in sys.modules]\n"
+        "print('HEAVY', bad)"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "HEAVY []" in res.stdout
+
+
+def test_config_show_reference_preset(cli) -> None:
+    code, out, err = cli("config", "show", "--config", "rtx3090-qwen3.5-27b-awq-dflash", "--stage", "serve")
+    assert code == 0, err
+    assert "num_draft_tokens = 5" in out
+    assert "[quantize]" not in out
+
+
+def test_config_show_json_parses(cli) -> None:
+    code, out, _ = cli("config", "show", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["engine"]["host"] == "127.0.0.1"
+
+
+def test_unknown_key_one_line_exit_2(cli, tmp_path: Path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text("[model]\nnum_draft_token = 3\n")
+    code, out, err = cli("config", "show", "--config", str(f))
+    assert code == 2
+    assert out == ""
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "num_draft_tokens" in lines[0]
+    assert "Traceback" not in err
+
+
+def test_unknown_stage_exit_2(cli) -> None:
+    code, _, err = cli("config", "show", "--stage", "nope")
+    assert code == 2 and "unknown stage" in err
+
+
+def test_doctor_json_without_gpu(cli) -> None:
+    code, out, _ = cli("doctor", "--json")
+    assert code == 0
+    data = json.loads(out)
+    names = {c["name"] for c in data["checks"]}
+    assert {"python", "torch", "flash-attention-3", "lmdeploy"} <= names
+    if not data["gpus"]:
+        gpu = next(c for c in data["checks"] if c["name"] == "gpu")
+        assert gpu["status"] == "warn" and "no NVIDIA GPU" in gpu["detail"]
+
+
+def test_version(cli) -> None:
+    code, out, _ = cli("--version")
+    assert code == 0 and out.startswith("specq ")
+
+
+def test_console_script_installed() -> None:
+    exe = Path(sys.executable).parent / "specq"
+    res = subprocess.run([str(exe), "config", "show", "--stage", "nope"], capture_output=True, text=True)
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0
