@@ -1,0 +1,180 @@
+"""Reading a Hugging Face checkpoint directory without torch: `config.json`, the safetensors headers (names,
+dtypes, shapes; no weights are loaded), the `quantization_config`, and what kind of drafter a checkpoint is.
+convert, plan, serve and bench all read checkpoints through this one module."""
+
+from __future__ import annotations
+
+import json
+import struct
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from .errors import InputError
+
+DTYPE_BYTES = {
+    "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "U32": 4, "I16": 2, "U16": 2,
+    "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1,
+}  # fmt: skip
+
+DraftKind = Literal["dflash", "eagle3", "eagle", "mtp", "model", "unknown"]
+
+# config.json `architectures` entries that identify a drafter for LMDeploy 0.18.
+DRAFT_ARCHITECTURES: dict[str, DraftKind] = {
+    "DFlashDraftModel": "dflash",
+    "Eagle3LlamaForCausalLM": "eagle3",
+    "LlamaForCausalLMEagle3": "eagle3",
+    "Eagle3DraftModel": "eagle3",
+    "EagleLlamaForCausalLM": "eagle",
+    "LlamaForCausalLMEagle": "eagle",
+}
+
+
+class TensorInfo(BaseModel):
+    dtype: str
+    shape: list[int]
+    file: str
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPE_BYTES.get(self.dtype, 0)
+
+
+class QuantInfo(BaseModel):
+    """The parts of `quantization_config` that engines care about, normalised across producers."""
+
+    method: str  # gptq | awq | compressed-tensors | other names as written
+    bits: int | None = None
+    group_size: int | None = None
+    sym: bool | None = None
+    desc_act: bool | None = None
+    zero_point: bool | None = None
+    version: str | None = None  # AWQ: gemm | gemv | ...
+    checkpoint_format: str | None = None  # GPTQ: gptq | gptq_v2; compressed-tensors: format
+    raw: dict[str, Any] = {}
+
+
+def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
+    """Tensor names, dtypes and shapes from one .safetensors file, reading only its JSON header."""
+    try:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > 100 * 2**20:
+                raise InputError(
+                    f"{path}: safetensors header of {n} bytes is implausible; the file is damaged"
+                )
+            header = json.loads(f.read(n))
+    except (OSError, struct.error, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: not a readable safetensors file ({type(e).__name__})") from None
+    return {
+        name: TensorInfo(dtype=v["dtype"], shape=list(v["shape"]), file=path.name)
+        for name, v in header.items()
+        if name != "__metadata__"
+    }
+
+
+class Checkpoint:
+    """A model directory: config, tensors (from headers), quantization, and drafter kind."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise InputError(f"{self.path}: not a directory; pass a Hugging Face model directory")
+        cfg = self.path / "config.json"
+        if not cfg.is_file():
+            raise InputError(f"{self.path}: no config.json; pass a Hugging Face model directory")
+        try:
+            self.config: dict[str, Any] = json.loads(cfg.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise InputError(f"{cfg}: not valid JSON ({e})") from None
+
+    @property
+    def name(self) -> str:
+        return self.path.resolve().name
+
+    @property
+    def architectures(self) -> list[str]:
+        return list(self.config.get("architectures") or [])
+
+    @property
+    def text_config(self) -> dict[str, Any]:
+        """The language-model part of the config (multimodal models nest it under `text_config`)."""
+        return dict(self.config.get("text_config") or self.config)
+
+    @cached_property
+    def tensors(self) -> dict[str, TensorInfo]:
+        files = sorted(self.path.glob("*.safetensors"))
+        if not files:
+            raise InputError(f"{self.path}: no .safetensors files (specq reads safetensors checkpoints only)")
+        out: dict[str, TensorInfo] = {}
+        for f in files:
+            out.update(read_safetensors_header(f))
+        return out
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors.values())
+
+    @property
+    def quantization(self) -> QuantInfo | None:
+        q = self.config.get("quantization_config") or self.text_config.get("quantization_config")
+        if not q:
+            return None
+        method = str(q.get("quant_method", "unknown")).lower()
+        if method == "compressed-tensors":
+            return _compressed_tensors_info(q)
+        return QuantInfo(
+            method=method,
+            bits=q.get("bits", q.get("w_bit")),
+            group_size=q.get("group_size", q.get("q_group_size")),
+            sym=q.get("sym"),
+            desc_act=q.get("desc_act"),
+            zero_point=q.get("zero_point"),
+            version=(str(q["version"]).lower() if q.get("version") is not None else None),
+            checkpoint_format=q.get("checkpoint_format") or q.get("format"),
+            raw=dict(q),
+        )
+
+    @property
+    def draft_kind(self) -> DraftKind:
+        for arch in self.architectures:
+            if arch in DRAFT_ARCHITECTURES:
+                return DRAFT_ARCHITECTURES[arch]
+        if "dflash_config" in self.config:
+            return "dflash"
+        if any(a.endswith("ForCausalLM") for a in self.architectures):
+            return "model"
+        return "unknown"
+
+    @property
+    def torch_dtype(self) -> str | None:
+        return (
+            self.config.get("torch_dtype") or self.config.get("dtype") or self.text_config.get("torch_dtype")
+        )
+
+
+def _compressed_tensors_info(q: dict[str, Any]) -> QuantInfo:
+    groups = q.get("config_groups") or {}
+    weights: dict[str, Any] = {}
+    for g in groups.values():
+        weights = g.get("weights") or {}
+        if weights:
+            break
+    return QuantInfo(
+        method="compressed-tensors",
+        bits=weights.get("num_bits"),
+        group_size=weights.get("group_size"),
+        sym=weights.get("symmetric"),
+        desc_act=bool(weights.get("actorder")) if weights.get("actorder") is not None else None,
+        checkpoint_format=q.get("format"),
+        raw=dict(q),
+    )
