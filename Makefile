@@ -9,6 +9,7 @@ CPU_EXTRAS ?= ml,serve,quant,dev
 GPU_EXTRAS ?= ml,serve,quant,lmdeploy,dev
 PYTEST_ARGS ?=
 export GPTQMODEL_CPU_WORKERS ?= 2
+LINT_PATHS := cli pipeline tests $(wildcard benchmarks/*.py)
 
 .PHONY: install install-gpu test lint typecheck unit demo gpu-check docs clean
 
@@ -24,24 +25,24 @@ install-gpu: $(BIN)/python
 	$(BIN)/pip install -q -e ".[$(GPU_EXTRAS)]"
 
 lint:
-	$(BIN)/ruff check cli pipeline tests benchmarks
-	$(BIN)/ruff format --check cli pipeline tests benchmarks
+	$(BIN)/python -m ruff check $(LINT_PATHS)
+	$(BIN)/python -m ruff format --check $(LINT_PATHS)
 
 typecheck:
-	$(BIN)/mypy cli pipeline
+	$(BIN)/python -m mypy cli pipeline
 
 # The README's test command.
 test: lint typecheck
-	$(BIN)/pytest -m "not gpu" --durations=15 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not gpu" --durations=15 $(PYTEST_ARGS)
 
 unit:
-	$(BIN)/pytest tests/unit -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
 
 demo:
 	$(BIN)/specq demo
 
 gpu-check:
-	$(BIN)/pytest -m gpu tests/gpu -v $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m gpu tests/gpu -v $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache specq-out
