@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+
 from specq.pipeline.config import SpecqConfig, resolve_config
 
 out = Console(soft_wrap=True)  # data

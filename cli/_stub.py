@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+
 from specq.pipeline.errors import NotImplementedYet
 
 CTX = {"allow_extra_args": True, "ignore_unknown_options": True}

@@ -10,9 +10,10 @@ from typing import Any
 
 import typer
 from rich.text import Text
+from typer.core import TyperGroup
+
 from specq.pipeline import __version__
 from specq.pipeline.errors import SpecqError
-from typer.core import TyperGroup
 
 from . import _common
 

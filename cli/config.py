@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+
 from specq.pipeline.config import STAGES, config_to_toml, preset_names, resolve_config
 from specq.pipeline.errors import UsageError
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 from rich.table import Table
+
 from specq.pipeline.doctor import run_doctor
 
 from ._common import JsonOpt, emit_json, out

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from specq.pipeline.config import config_to_toml, preset_names, resolve_config
 from specq.pipeline.errors import ConfigError
 
