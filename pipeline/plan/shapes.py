@@ -18,6 +18,7 @@ from ..checkpoint import QuantInfo
 from ..errors import InputError
 
 FULL, SLIDING, LINEAR = "full", "sliding", "linear"
+_GATED_TYPES = {"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}
 _LAYER_KINDS = {
     "full_attention": FULL,
     "attention": FULL,
@@ -116,7 +117,8 @@ def shape_from_config(config: dict[str, Any]) -> ModelShape:
         head_dim=head_dim,
         layer_kinds=kinds,
         tie_embeddings=bool(config.get("tie_word_embeddings", tc.get("tie_word_embeddings", False))),
-        attn_output_gate=bool(tc.get("attn_output_gate", False)),
+        # Qwen3-Next/Qwen3.5 q_proj also emits the output gate; their configs may leave the flag implicit.
+        attn_output_gate=bool(tc.get("attn_output_gate", str(tc.get("model_type", "")) in _GATED_TYPES)),
         attention_bias=bool(tc.get("attention_bias", False)),
         sliding_window=tc.get("sliding_window"),
         conv_kernel=int(tc.get("linear_conv_kernel_dim") or 0),
