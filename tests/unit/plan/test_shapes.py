@@ -95,6 +95,16 @@ def test_reference_target_weight_estimate(tmp_path: Path) -> None:
     assert 17.2 < m.weights / 2**30 < 17.5
 
 
+def test_bf16_estimate_matches_published_qwen35_27b_size() -> None:
+    from specq.pipeline.plan.shapes import estimate_weights
+
+    from .reference import QWEN35_27B_VISION
+
+    s = shape_from_config({"text_config": QWEN35_27B_TEXT, "vision_config": QWEN35_27B_VISION})
+    # Qwen/Qwen3.5-27B: 51.75 GiB of bf16 safetensors (text + vision + MTP layer)
+    assert abs(estimate_weights(s, None, 2, include_mtp=True).total / 2**30 - 51.75) < 0.01
+
+
 def test_moe_without_weights_is_refused(tmp_path: Path) -> None:
     d = tmp_path / "moe"
     d.mkdir()
