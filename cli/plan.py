@@ -24,10 +24,14 @@ def plan(
     session_len: Annotated[
         int | None, typer.Option("--session-len", min=64, help="Tokens per session.")
     ] = None,
-    draft_tokens: Annotated[int | None, typer.Option("--draft-tokens", min=0, max=15)] = None,
-    engine: Annotated[str | None, typer.Option("--engine", help="lmdeploy | embedded")] = None,
+    draft_tokens: Annotated[
+        int | None, typer.Option("--draft-tokens", min=0, max=15, help="Draft tokens per step.")
+    ] = None,
+    engine: Annotated[
+        str | None, typer.Option("--engine", help="Memory model: lmdeploy or embedded.")
+    ] = None,
     kv_dtype: Annotated[
-        str | None, typer.Option("--kv-dtype", help="auto | float16 | bfloat16 | int8 | int4")
+        str | None, typer.Option("--kv-dtype", help="KV dtype: auto, float16, bfloat16, int8 or int4.")
     ] = None,
     check: Annotated[bool, typer.Option("--check", help="Exit 4 when it will not fit.")] = False,
     config: ConfigOpt = None,
