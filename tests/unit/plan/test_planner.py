@@ -66,19 +66,26 @@ def test_reference_case_fits_24gib_with_recommended_settings(ref: tuple[Checkpoi
 
 def test_reference_case_lmdeploy_defaults_do_not_fit(ref: tuple[Checkpoint, Checkpoint]) -> None:
     """cache_max_entry_count 0.8 with the default 8192-token prefill budget leaves no room for activations."""
-    p = plan_memory(*ref, resolve_config(PRESET), cache_max_entry_count=0.8)
+    defaults = resolve_config(PRESET, flags={"plan": {"max_prefill_token_num": 8192}})
+    p = plan_memory(*ref, defaults, cache_max_entry_count=0.8)
     assert not p.fits
     assert p.max_prefill_token_num == 4096  # LMDeploy halves 8192 until 16 blocks fit
 
 
 def test_preflight_fits_names_the_fix(ref: tuple[Checkpoint, Checkpoint]) -> None:
     t, d = ref
-    flags = {"model": {"model_path": str(t.path), "draft_model_path": str(d.path)}}
+    flags = {
+        "model": {"model_path": str(t.path), "draft_model_path": str(d.path)},
+        "engine": {"cache_max_entry_count": 0.8},  # LMDeploy's defaults, as the tutorial uses them
+        "plan": {"max_prefill_token_num": 8192},
+    }
     reason = fits(resolve_config(PRESET, flags=flags))
     assert reason is not None and reason.startswith("VRAM plan: will not fit")
     assert "cache_max_entry_count" in reason and "--max-prefill-token-num" in reason
     flags["engine"] = {"cache_max_entry_count": 0.5}
     flags["plan"] = {"max_prefill_token_num": 1024}
+    assert fits(resolve_config(PRESET, flags=flags)) is None
+    del flags["engine"], flags["plan"]  # the packaged preset carries settings that fit
     assert fits(resolve_config(PRESET, flags=flags)) is None
     assert fits(resolve_config(None)) is None  # no model: nothing to judge
 
