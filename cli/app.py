@@ -30,8 +30,17 @@ class SpecqGroup(TyperGroup):
             _fail(e, str(e), e.exit_code)
         except KeyboardInterrupt as e:
             _fail(e, "interrupted", 130)
+        except BrokenPipeError:
+            # stdout was closed early (`specq ... | head`): not an error of ours; stop quietly
+            _quiet_broken_pipe()
         except Exception as e:  # the one place a blind except belongs: nothing else may reach the user
             _fail(e, f"unexpected error: {type(e).__name__}: {e} (rerun with SPECQ_DEBUG=1 and report it)", 1)
+
+
+def _quiet_broken_pipe() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    raise typer.Exit(141)
 
 
 def _fail(exc: BaseException, message: str, code: int) -> None:
@@ -87,6 +96,5 @@ def main() -> None:
     """Console-script entry point."""
     try:
         app()
-    except SystemExit:
-        raise
-    sys.exit(0)
+    except BrokenPipeError:  # raised while Typer itself writes (--help | head)
+        _quiet_broken_pipe()
