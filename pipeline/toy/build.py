@@ -28,7 +28,7 @@ from .acceptance import AcceptanceAtK, heldout_prompts, measure_acceptance
 from .corpus import Corpus, load_corpus
 from .models import SIZES, SizePreset, param_count, qwen3_config
 
-TOY_FORMAT_VERSION = 1
+TOY_FORMAT_VERSION = 2
 REPORT_NAME = "toy_report.json"
 MAX_K = 6
 
@@ -203,7 +203,8 @@ def _build(
     device = "cuda" if size != "small" and torch.cuda.is_available() else "cpu"
     if size != "small" and device == "cpu":
         progress(f"warning: building the '{size}' pair on CPU will take a long time (meant for a GPU)")
-    threads = min(4, os.cpu_count() or 1)
+    # One thread: deterministic, and on a shared machine 2+ threads that get preempted are far slower.
+    threads = 1 if device == "cpu" else min(4, os.cpu_count() or 1)
     started = time.monotonic()
     with _threads(torch, threads):
         progress(f"training the tokenizer ({preset.vocab_size} tokens) on the standard library's sources")

@@ -58,7 +58,7 @@ def test_different_prompts_give_different_outputs(loaded) -> None:
     for prompt in ("def __init__(self", "import os\nimport sys\n\n"):
         ids = tokenizer(prompt, return_tensors="pt").input_ids
         with torch.no_grad():
-            out = target.generate(ids, max_new_tokens=16, do_sample=False)
+            out = target.generate(ids, max_new_tokens=16, min_new_tokens=16, do_sample=False)
         outputs.append(tokenizer.decode(out[0, ids.shape[1] :]))
     assert outputs[0] != outputs[1]
     assert all(o.strip() for o in outputs)
