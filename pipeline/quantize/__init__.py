@@ -231,6 +231,7 @@ def quantize(
                 seqlen=cfg.seqlen,
                 seed=cfg.seed,
                 calib_source=cfg.calib,
+                work=scratch,
             )
             progress(
                 f"quantizing {model.name} with {backend.name} ({method.upper()}, {device}); log: {LOG_FILE}"

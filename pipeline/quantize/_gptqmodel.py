@@ -45,6 +45,10 @@ def calibration_rows(calib: Calibration) -> list[dict[str, Any]]:
 def run(job: Job, calib: Calibration, on_layer: LayerHook) -> None:
     gm = import_gptqmodel()
     backend = gm.BACKEND.AWQ_TORCH if job.method == "awq" and job.device == "cpu" else gm.BACKEND.AUTO
+    from gptqmodel.looper import loop_processor
+
+    # gptqmodel writes per-run logs into ./logs of the current directory; keep them in the scratch dir.
+    loop_processor._PROJECT_LOG_DIR = job.work / "gptqmodel-logs"
     model = gm.GPTQModel.load(str(job.model), quant_config(job), device=job.device)
     handles = hook_layers(model.model, on_layer)
     try:

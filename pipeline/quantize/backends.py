@@ -34,6 +34,7 @@ class Job:
     seqlen: int
     seed: int
     calib_source: str
+    work: Path  # scratch directory for the backend's side files; removed afterwards
 
 
 class BackendRunner(Protocol):

@@ -102,6 +102,11 @@ def test_too_few_tokens(tmp_path: Path, tokenizer) -> None:
 def test_hub_name_offline_is_one_line(tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    import datasets.config
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(InputError, match="could not be loaded from the hub") as e:
         load_calibration("specq-no-such-dataset:cfg:train", tokenizer)
     assert "\n" not in str(e.value)

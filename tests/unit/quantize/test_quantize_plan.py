@@ -135,7 +135,7 @@ def test_lmdeploy_command() -> None:
     from specq.pipeline.quantize.backends import Job
 
     job = Job(model=Path("m"), out=Path("o"), method="awq", bits=4, group_size=128, sym=False, desc_act=False,
-              device="cpu", seqlen=512, seed=0, calib_source="wikitext2")  # fmt: skip
+              device="cpu", seqlen=512, seed=0, calib_source="wikitext2", work=Path("w"))  # fmt: skip
     cmd = command(job, 64)
     assert cmd[1:5] == ["-m", "lmdeploy", "lite", "auto_awq"]
     assert cmd[cmd.index("--calib-dataset") + 1] == "wikitext2" and "--device" in cmd
