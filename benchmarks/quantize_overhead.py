@@ -53,9 +53,10 @@ def direct(model: str, calib: str, out: str, method: str, samples: int, seqlen: 
     m.save(out)
 
 
-def timed(cmd: list[str]) -> float:
+def timed(cmd: list[str], cwd: Path) -> float:
     t = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # cwd: gptqmodel writes per-run logs into ./logs when called directly
+    subprocess.run(cmd, check=True, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - t
 
 
@@ -96,19 +97,18 @@ def main() -> None:
             "--method",
             a.method,
         ]
-        times["direct gptqmodel"].append(timed(d + common + ["--out", str(work / f"direct{i}")]))
+        times["direct gptqmodel"].append(timed(d + common + ["--out", str(work / f"direct{i}")], work))
         s = specq + ["quantize", a.model, "--calib", a.calib, "--method", a.method, "--for", "plain"]
         times["specq quantize"].append(
-            timed(s + common + ["--no-eval", "--device", "cpu", "--out", str(work / f"specq{i}")])
+            timed(s + common + ["--no-eval", "--device", "cpu", "--out", str(work / f"specq{i}")], work)
         )
-    base = statistics.median(times["direct gptqmodel"])
-    mine = statistics.median(times["specq quantize"])
     for name, ts in times.items():
-        print(f"{name:18s} median {statistics.median(ts):7.2f} s  runs {', '.join(f'{t:.2f}' for t in ts)}")
-    print(
-        f"overhead {100 * (mine - base) / base:+.1f} % "
-        f"({a.method}, {a.samples} x {a.seqlen} tokens, {a.repeats} runs)"
-    )
+        runs = ", ".join(f"{t:.2f}" for t in ts)
+        print(f"{name:18s} min {min(ts):7.2f} s  median {statistics.median(ts):7.2f} s  runs {runs}")
+    for stat in (min, statistics.median):
+        base, mine = stat(times["direct gptqmodel"]), stat(times["specq quantize"])
+        print(f"overhead ({stat.__name__}) {100 * (mine - base) / base:+.1f} %")
+    print(f"({a.method}, {a.samples} x {a.seqlen} tokens, {a.repeats} runs each, alternating)")
 
 
 if __name__ == "__main__":

@@ -202,7 +202,7 @@ def load_calibration(
         notes.append(
             f"the source gives {len(calib)} samples of {seqlen} tokens, fewer than the {samples} requested"
         )
-    if not held:
+    if heldout_samples and not held:
         notes.append("the source is too small to hold out data: no perplexity on held-out text")
     unused = len(stream) - sum(map(len, calib)) - sum(map(len, held))
     if unused > 0:

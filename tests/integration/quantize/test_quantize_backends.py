@@ -64,6 +64,8 @@ def quantized(request: pytest.FixtureRequest, tiny, tmp_path_factory: pytest.Tem
         assert res.exit_code == 0, res.stderr
         result = QuantizeResult.model_validate(json.loads(res.stdout))  # stdout is pure JSON
         assert "layer 1/2" in res.stderr and "layer 2/2" in res.stderr
+        # with convert's repacker present the GPTQ result is repacked to AWQ for the PyTorch engine
+        assert result.repacked_to_awq == module_present("specq.pipeline.convert.repack")
     else:
         cfg = QuantizeSection.model_validate(
             {**SMALL, "method": method, "backend": backend, "calib": str(calib), "for": "plain"}
