@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from ..errors import InputError, missing_package
 from ..progress import Progress, null_progress
 
+TOKENIZE_BATCH = 32
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".txt": "text"}
 
 
@@ -23,7 +24,8 @@ class CalibrationReport(BaseModel):
     source: str
     kind: str  # "local" | "hub"
     files: list[str] = []
-    texts: int  # texts read from the source
+    texts: int  # texts tokenized (shuffled; the rest were not needed to fill the samples)
+    texts_available: int = 0  # non-empty texts in the source
     chat_texts: int = 0  # of which rendered from `messages` with the chat template
     tokens_total: int  # tokens of all texts, packed
     samples: int  # calibration samples used
@@ -175,13 +177,20 @@ def load_calibration(
     if not texts:
         raise InputError(f"calibration source {source}: no non-empty texts in field '{text_field}'")
     random.Random(seed).shuffle(texts)
-    progress(f"calibration: tokenizing {len(texts)} texts from {source}")
+    progress(f"calibration: read {len(texts)} texts from {source}; tokenizing")
     eos = tokenizer.eos_token_id
     stream: list[int] = []
-    for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]:
-        stream.extend(ids)
-        if eos is not None:
-            stream.append(int(eos))
+    # Tokenize in batches and stop once calibration and held-out samples are covered: a large source is
+    # read, not tokenized, in full.
+    need = (samples + heldout_samples) * seqlen
+    read = 0
+    while read < len(texts) and len(stream) < need:
+        batch = texts[read : read + TOKENIZE_BATCH]
+        read += len(batch)
+        for ids in tokenizer(batch, add_special_tokens=False)["input_ids"]:
+            stream.extend(ids)
+            if eos is not None:
+                stream.append(int(eos))
     if len(stream) < seqlen:
         raise InputError(
             f"calibration source {source}: only {len(stream)} tokens, fewer than one sample of --seqlen "
@@ -204,6 +213,8 @@ def load_calibration(
         )
     if heldout_samples and not held:
         notes.append("the source is too small to hold out data: no perplexity on held-out text")
+    if read < len(texts):
+        notes.append(f"{len(texts) - read} of {len(texts)} texts were not needed to fill the samples")
     unused = len(stream) - sum(map(len, calib)) - sum(map(len, held))
     if unused > 0:
         notes.append(f"{unused} tokens beyond --samples x --seqlen were not needed")
@@ -211,7 +222,8 @@ def load_calibration(
         source=source,
         kind=kind,
         files=files,
-        texts=len(texts),
+        texts=read,
+        texts_available=len(texts),
         chat_texts=chats,
         tokens_total=len(stream),
         samples=len(calib),

@@ -1,6 +1,6 @@
-"""Quantize a tiny real Qwen3 with every installed backend from a local JSONL file, once per backend per
-session; check the output is complete, loads and generates on CPU, and lost little quality. Interrupting
-a run leaves nothing behind."""
+"""Quantize the toy target (a small real Qwen3) with every installed backend from a local JSONL file, once
+per backend per session; check the output is complete, loads and generates on CPU, and lost little
+quality. Interrupting a run leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from specq.pipeline.config.models import QuantizeSection
 from specq.pipeline.hardware import module_present
 from specq.pipeline.quantize import CONFIG_FILE, REPORT_FILE, QuantizeResult, quantize
 from specq.pipeline.quantize.quality import load_quantized
-from tests.tinymodel import build_tiny_model, calibration_rows, write_jsonl
+from tests.tinymodel import write_jsonl
 
 pytestmark = pytest.mark.integration
 
-SMALL = {"samples": 8, "seqlen": 64, "eval_samples": 2, "device": "cpu"}
+SMALL = {"samples": 4, "seqlen": 64, "eval_samples": 2, "device": "cpu"}
 CASES = [
     ("gptqmodel", "gptq", "gptqmodel"),
     ("gptqmodel", "awq", "gptqmodel"),
@@ -28,11 +28,16 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("tiny")
-    model = build_tiny_model(root / "model")
-    calib = write_jsonl(root / "calib.jsonl", calibration_rows(1500))
-    return model, calib
+def tiny(toy_pair, toy_corpus, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The toy target and a JSONL calibration file of the toy corpus's training texts."""
+    from specq.pipeline.toy.corpus import write_jsonl as write_texts
+
+    calib = write_texts(tmp_path_factory.mktemp("calib") / "calib.jsonl", toy_corpus.train[:200])
+    return Path(toy_pair.target), calib
+
+
+def layer_count(model: Path) -> int:
+    return int(Checkpoint(model).text_config["num_hidden_layers"])
 
 
 @pytest.fixture(scope="module", params=CASES, ids=[f"{b}-{m}" for b, m, _ in CASES])
@@ -59,11 +64,12 @@ def quantized(request: pytest.FixtureRequest, tiny, tmp_path_factory: pytest.Tem
             str(out),
             "--json",
         ]
-        args += ["--samples", "8", "--seqlen", "64", "--eval-samples", "2", "--device", "cpu"]
+        args += ["--samples", "4", "--seqlen", "64", "--eval-samples", "2", "--device", "cpu"]
         res = CliRunner().invoke(app, args, catch_exceptions=False)
         assert res.exit_code == 0, res.stderr
         result = QuantizeResult.model_validate(json.loads(res.stdout))  # stdout is pure JSON
-        assert "layer 1/2" in res.stderr and "layer 2/2" in res.stderr
+        n = layer_count(model)
+        assert f"layer 1/{n}" in res.stderr and f"layer {n}/{n}" in res.stderr
         # with convert's repacker present the GPTQ result is repacked to AWQ for the PyTorch engine
         assert result.repacked_to_awq == module_present("specq.pipeline.convert.repack")
     else:
@@ -72,7 +78,8 @@ def quantized(request: pytest.FixtureRequest, tiny, tmp_path_factory: pytest.Tem
         )
         seen: list[str] = []
         result = quantize(model, cfg, out, progress=seen.append)
-        assert any("layer 2/2" in s for s in seen), seen
+        n = layer_count(model)
+        assert any(f"layer {n}/{n}" in s for s in seen), seen
     return backend, method, out, result
 
 
@@ -97,7 +104,7 @@ def test_output_is_complete(quantized) -> None:
     else:
         assert q.method == "gptq" and q.sym is True and q.desc_act is False
         assert any("specq convert" in w for w in result.warnings)
-    assert result.calibration.samples == 8 and result.calibration.tokens_used == 8 * 64
+    assert result.calibration.samples == 4 and result.calibration.tokens_used == 4 * 64
     assert result.compression_ratio > 1.2
     assert not list(out.parent.glob(".*partial")) and not list(out.parent.glob(".*work"))
 

@@ -151,3 +151,13 @@ def test_cli_missing_calib_and_out(cli, model_dir: Path, tmp_path: Path) -> None
 def test_cli_help_has_example(cli) -> None:
     code, out, _ = cli("quantize", "--help")
     assert code == 0 and "Example:" in out and "--for" in out
+
+
+def test_saved_config_round_trips(tmp_path: Path) -> None:
+    from specq.pipeline.config import SpecqConfig, config_to_toml, resolve_config
+
+    q = QuantizeSection.model_validate({"method": "gptq", "for": "plain", "calib": "d.jsonl", "sym": True})
+    path = tmp_path / "specq-quantize.toml"
+    path.write_text(config_to_toml(SpecqConfig(quantize=q), ("quantize",)))
+    assert 'for = "plain"' in path.read_text()
+    assert resolve_config(path).quantize == q
