@@ -187,7 +187,7 @@ def load_calibration(
     while read < len(texts) and len(stream) < need:
         batch = texts[read : read + TOKENIZE_BATCH]
         read += len(batch)
-        for ids in tokenizer(batch, add_special_tokens=False)["input_ids"]:
+        for ids in tokenizer(batch, add_special_tokens=False, verbose=False)["input_ids"]:
             stream.extend(ids)
             if eos is not None:
                 stream.append(int(eos))
