@@ -1,0 +1,116 @@
+"""GPTQ → AWQ repack on synthetic checkpoints: every weight dequantizes bitwise-identically, with dequantizers
+written here from each format's definition (not the ones in repack.py); refusals for act-order/asymmetric."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specq.pipeline.checkpoint import Checkpoint
+from specq.pipeline.convert import repack_gptq_to_awq
+from specq.pipeline.convert.st_io import read_tensors, write_tensors
+from specq.pipeline.errors import InputError
+
+
+def dequant_gptq_v1(qweight: np.ndarray, qzeros: np.ndarray, scales: np.ndarray, g: int) -> np.ndarray:
+    """GPTQ (v1): w[k, n] = (nibble(k % 8) of qweight[k // 8, n] − (nibble(n % 8) of qzeros[k//g, n//8] + 1))
+    · scales[k // g, n], computed element by element with python ints on the bit definition."""
+    qw = qweight.view(np.uint32).astype(np.int64)
+    qz = qzeros.view(np.uint32).astype(np.int64)
+    k, n = qw.shape[0] * 8, qw.shape[1]
+    kk, nn = np.meshgrid(np.arange(k), np.arange(n), indexing="ij")
+    q = (qw[kk // 8, nn] >> (4 * (kk % 8))) & 15
+    z = ((qz[kk // g, nn // 8] >> (4 * (nn % 8))) & 15) + 1
+    return ((q - z).astype(np.float32) * scales[kk // g, nn].astype(np.float32)).astype(np.float16)
+
+
+# LMDeploy 0.18 turbomind/weight_format.py `_unpack_awq_gemm`: nibble i of every word, reordered so that
+# output column 8c + m comes from nibble ORDER[m].
+LMDEPLOY_AWQ_UNPACK_ORDER = [0, 4, 1, 5, 2, 6, 3, 7]
+
+
+def dequant_awq(qweight: np.ndarray, qzeros: np.ndarray, scales: np.ndarray, g: int) -> np.ndarray:
+    """AWQ gemm: w[k, n] = (code(k, n) − zero(k // g, n)) · scales[k // g, n], unpacking as TurboMind does."""
+
+    def unpack(x: np.ndarray) -> np.ndarray:
+        u = x.view(np.uint32)
+        nibbles = [(u >> np.uint32(4 * i)) & 15 for i in range(8)]
+        return np.stack([nibbles[i] for i in LMDEPLOY_AWQ_UNPACK_ORDER], axis=-1).reshape(u.shape[0], -1)
+
+    q = unpack(qweight).astype(np.int64)
+    z = unpack(qzeros).astype(np.int64)
+    k = q.shape[0]
+    rows = np.arange(k) // g
+    return ((q - z[rows]).astype(np.float32) * scales[rows].astype(np.float32)).astype(np.float16)
+
+
+def test_repack_is_bitwise_lossless(make_ckpt, tmp_path: Path) -> None:
+    src = make_ckpt("gptq")
+    out = tmp_path / "awq"
+    res = repack_gptq_to_awq(src, out)
+    assert res.linears == 6 and res.group_size == 128
+    a, _ = read_tensors(src / "model.safetensors")
+    b, _ = read_tensors(out / "model.safetensors")
+    prefixes = sorted(n[: -len(".qweight")] for n in a if n.endswith(".qweight"))
+    for p in prefixes:
+        wg = dequant_gptq_v1(a[f"{p}.qweight"].array, a[f"{p}.qzeros"].array, a[f"{p}.scales"].array, 128)
+        wa = dequant_awq(b[f"{p}.qweight"].array, b[f"{p}.qzeros"].array, b[f"{p}.scales"].array, 128)
+        assert wg.shape == wa.shape
+        assert np.array_equal(wg.view(np.uint16), wa.view(np.uint16)), p
+        assert f"{p}.g_idx" not in b
+        k, n = wg.shape
+        assert list(b[f"{p}.qweight"].array.shape) == [k, n // 8]
+    for name in ("model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"):
+        assert a[name].array.tobytes() == b[name].array.tobytes()
+    cfg = json.loads((out / "config.json").read_text())
+    q = cfg["quantization_config"]
+    assert (q["quant_method"], q["version"], q["zero_point"], q["bits"], q["group_size"]) == (
+        "awq", "gemm", True, 4, 128,
+    )  # fmt: skip
+    assert cfg["dtype"] == "float16"
+    assert (out / "tokenizer.json").is_file()
+    assert Checkpoint(out).quantization.method == "awq"
+
+
+def test_repack_refuses_act_order(make_ckpt, tmp_path: Path) -> None:
+    src = make_ckpt("gptq", qconfig={"desc_act": True})
+    with pytest.raises(InputError, match="act-order"):
+        repack_gptq_to_awq(src, tmp_path / "o")
+    assert not (tmp_path / "o").exists()
+
+
+def test_repack_refuses_permuted_g_idx(make_ckpt, tmp_path: Path) -> None:
+    """desc_act false in the config but a permuted g_idx: act-order in fact."""
+    src = make_ckpt("gptq")
+    t, meta = read_tensors(src / "model.safetensors")
+    items = []
+    for name, v in t.items():
+        arr = np.array(v.array)
+        if name == "model.layers.0.mlp.down_proj.g_idx":
+            arr = arr[::-1].copy()
+        items.append((name, v.dtype, arr))
+    write_tensors(src / "model.safetensors", items, meta)
+    with pytest.raises(InputError, match="g_idx"):
+        repack_gptq_to_awq(src, tmp_path / "o")
+    assert not list(tmp_path.glob(".o.*"))  # atomic: no partial output left behind
+
+
+@pytest.mark.parametrize("how", ["config", "zeros"])
+def test_repack_refuses_asymmetric(make_ckpt, tmp_path: Path, how: str) -> None:
+    src = make_ckpt("gptq", qconfig={"sym": False}) if how == "config" else make_ckpt("gptq", zero=5)
+    with pytest.raises(InputError, match="asymmetric"):
+        repack_gptq_to_awq(src, tmp_path / "o")
+
+
+def test_repack_refuses_non_gptq(make_ckpt, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="repacks GPTQ"):
+        repack_gptq_to_awq(make_ckpt("awq"), tmp_path / "o")
+
+
+def test_repack_refuses_existing_out(make_ckpt, tmp_path: Path) -> None:
+    (tmp_path / "o").mkdir()
+    with pytest.raises(InputError, match="already exists"):
+        repack_gptq_to_awq(make_ckpt("gptq"), tmp_path / "o")
