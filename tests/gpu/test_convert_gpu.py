@@ -1,0 +1,84 @@
+"""GPU check of issue 9 (run by `make gpu-check` on the H200): a GPTQ checkpoint repacked by `specq convert
+--to awq` loads in LMDeploy 0.18's PyTorch engine and decodes greedily the same tokens as the GPTQ source
+dequantized to fp16 in transformers on CUDA. Skips cleanly without CUDA or lmdeploy."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+PROMPT = "def add(a, b):\n    return"
+NEW_TOKENS = 12
+
+
+@pytest.fixture(scope="module")
+def gptq_and_awq(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    pytest.importorskip("lmdeploy")
+    pytest.importorskip("gptqmodel")
+    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
+    from gptqmodel import GPTQModel, QuantizeConfig
+
+    from specq.pipeline.convert import repack_gptq_to_awq
+    from tests.integration.convert.conftest import CALIB, _tiny_qwen3
+
+    root = tmp_path_factory.mktemp("convert-gpu")
+    _tiny_qwen3(root / "fp")
+    model = GPTQModel.load(str(root / "fp"), QuantizeConfig(bits=4, group_size=128, sym=True, desc_act=False),
+                           device="cuda")  # fmt: skip
+    model.quantize(CALIB, batch_size=4)
+    model.save(str(root / "gptq"))
+    del model
+    repack_gptq_to_awq(root / "gptq", root / "awq")
+    return root / "gptq", root / "awq"
+
+
+def _dequantized_reference(gptq: Path, fp: Path):
+    """transformers Qwen3 on CUDA in fp16 with every GPTQ linear replaced by its dequantized weight."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from specq.pipeline.convert.st_io import read_tensors
+    from tests.convert_dequant import dequant_gptq_v1
+
+    model = AutoModelForCausalLM.from_pretrained(fp, dtype=torch.float16).cuda().eval()
+    t, _ = read_tensors(gptq / "model.safetensors")
+    state = model.state_dict()
+    for name in t:
+        if name.endswith(".qweight"):
+            p = name[: -len(".qweight")]
+            w = dequant_gptq_v1(t[f"{p}.qweight"].array, t[f"{p}.qzeros"].array, t[f"{p}.scales"].array, 128)
+            state[f"{p}.weight"].copy_(torch.from_numpy(np.ascontiguousarray(w.T)))
+        elif not name.endswith((".qzeros", ".scales", ".g_idx")):
+            state[name].copy_(torch.from_numpy(t[name].as_float32()).to(torch.float16))
+    return model
+
+
+def test_repacked_awq_greedy_matches_gptq_source(gptq_and_awq: tuple[Path, Path]) -> None:
+    import torch
+    from lmdeploy import GenerationConfig, PytorchEngineConfig, pipeline
+    from transformers import AutoTokenizer
+
+    gptq, awq = gptq_and_awq
+    ids = AutoTokenizer.from_pretrained(awq)(PROMPT)["input_ids"]
+    ref = _dequantized_reference(gptq, gptq.parent / "fp")
+    with torch.inference_mode():
+        out = ref.generate(torch.tensor([ids]).cuda(), max_new_tokens=NEW_TOKENS, do_sample=False)
+    want = out[0, len(ids) :].tolist()
+
+    engine = PytorchEngineConfig(
+        model_format="awq", dtype="float16", session_len=256, cache_max_entry_count=0.05
+    )
+    gen = GenerationConfig(max_new_tokens=NEW_TOKENS, do_sample=False, ignore_eos=True)
+    pipe = pipeline(str(awq), backend_config=engine)
+    try:
+        res = pipe([PROMPT], gen_config=gen, do_preprocess=False)[0]
+    finally:
+        if hasattr(pipe, "close"):
+            pipe.close()
+    got = list(res.token_ids)[:NEW_TOKENS]
+    assert got == want[: len(got)], f"LMDeploy AWQ greedy {got} != GPTQ-dequantized reference {want}"
