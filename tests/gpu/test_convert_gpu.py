@@ -28,11 +28,16 @@ def gptq_and_awq(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
     root = tmp_path_factory.mktemp("convert-gpu")
     _tiny_qwen3(root / "fp")
-    model = GPTQModel.load(str(root / "fp"), QuantizeConfig(bits=4, group_size=128, sym=True, desc_act=False),
-                           device="cuda")  # fmt: skip
-    model.quantize(CALIB, batch_size=4)
-    model.save(str(root / "gptq"))
-    del model
+    cwd = os.getcwd()
+    os.chdir(root)  # gptqmodel writes a logs/ directory into the working directory
+    try:
+        qcfg = QuantizeConfig(bits=4, group_size=128, sym=True, desc_act=False)
+        model = GPTQModel.load(str(root / "fp"), qcfg, device="cuda")
+        model.quantize(CALIB, batch_size=4)
+        model.save(str(root / "gptq"))
+        del model
+    finally:
+        os.chdir(cwd)
     repack_gptq_to_awq(root / "gptq", root / "awq")
     return root / "gptq", root / "awq"
 

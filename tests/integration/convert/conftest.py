@@ -48,8 +48,13 @@ def gptq_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     root = tmp_path_factory.mktemp("convert-real")
     _tiny_qwen3(root / "fp")
-    model = GPTQModel.load(str(root / "fp"), QuantizeConfig(bits=4, group_size=128, sym=True, desc_act=False),
-                           device="cpu")  # fmt: skip
-    model.quantize(CALIB, batch_size=4)
-    model.save(str(root / "gptq"))
+    cwd = os.getcwd()
+    os.chdir(root)  # gptqmodel writes a logs/ directory into the working directory
+    try:
+        qcfg = QuantizeConfig(bits=4, group_size=128, sym=True, desc_act=False)
+        model = GPTQModel.load(str(root / "fp"), qcfg, device="cpu")
+        model.quantize(CALIB, batch_size=4)
+        model.save(str(root / "gptq"))
+    finally:
+        os.chdir(cwd)
     return root / "gptq"
