@@ -49,3 +49,28 @@ def test_bad_flags_exit_2(cli, make_ckpt, tmp_path: Path) -> None:
     assert code == 2 and "not a directory" in err
     code, _, err = cli("convert", str(d), "--to", "gguf")
     assert code == 2
+
+
+def test_engine_check_without_turbomind_exit_4(cli, make_ckpt) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("_turbomind") is not None:
+        import pytest
+
+        pytest.skip("TurboMind's native module is present here")
+    code, _, err = cli("convert", str(make_ckpt("awq")), "--engine-check")
+    assert code == 4 and "_turbomind" in err
+
+
+def test_convert_does_not_import_torch(make_ckpt) -> None:
+    import subprocess
+    import sys
+
+    d = make_ckpt("gptq")
+    code = (
+        "import sys\nfrom specq.cli.app import app\ntry:\n"
+        f" app(['convert', {str(d)!r}, '--json'])\nexcept SystemExit: pass\n"
+        "print('HEAVY', [m for m in ('torch', 'transformers', 'safetensors') if m in sys.modules])"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "HEAVY []" in res.stdout
