@@ -16,7 +16,7 @@ from specq.pipeline.fsutil import atomic_write_text
 from specq.pipeline.hardware import module_present, package_version
 
 from .compat import embedded_verdict, pytorch_engine_verdict
-from .draft import draft_report, max_draft_tokens
+from .draft import draft_report, max_draft_tokens, pair_problems
 from .turbomind import turbomind_verdict
 from .verdict import ConvertReport, DraftReport, EngineVerdict, cast_command
 
@@ -43,23 +43,17 @@ def model_format(ckpt: Checkpoint) -> str:
 
 
 def _with_draft(
-    v: EngineVerdict, target: Checkpoint, draft: DraftReport, draft_ckpt: Checkpoint | None
+    v: EngineVerdict, target: Checkpoint, draft: DraftReport, draft_ckpt: Checkpoint | None, k: int | None
 ) -> EngineVerdict:
     if v.engine == "turbomind":
         return v.model_copy(update={"reasons": v.reasons + ["plain decoding only (no speculative decoding)"]})
-    if v.engine == "pytorch":
-        if draft.kind == "model":
-            why = (
-                "LMDeploy has no method for a plain draft model (it speculates with DFlash, EAGLE/EAGLE-3"
-                " or MTP drafters; train one with `specq draft train`, or use --engine embedded)"
-            )
-            return _worst(v, "refused", [why])
-        if draft.kind == "unknown":
-            return _worst(v, "refused", ["the draft is not a drafter LMDeploy recognises"])
-        if draft.problems:
-            v = _worst(v, "refused", draft.problems)
-        fp16_target = model_format(target) in ("awq", "gptq")
-        if fp16_target and draft_ckpt is not None and (draft.dtype or "").lower() not in ("float16", "half"):
+    engine = "lmdeploy" if v.engine == "pytorch" else "embedded"
+    problems = pair_problems(target, draft_ckpt, k, engine)
+    if problems:
+        v = _worst(v, "refused", problems)
+    fp16_target = model_format(target) in ("awq", "gptq")
+    if v.engine == "pytorch" and fp16_target and draft_ckpt is not None and not problems:
+        if (draft.dtype or "").lower() not in ("float16", "half"):
             v = _worst(
                 v,
                 "fixable",
@@ -69,14 +63,6 @@ def _with_draft(
                 ],
                 [cast_command(draft_ckpt.path)],
             )
-        return v
-    # embedded: transformers' assisted generation with a plain draft model
-    if draft.kind != "model":
-        return _worst(
-            v, "refused", [f"the embedded engine speculates with a plain draft model, not {draft.kind}"]
-        )
-    if draft.problems:
-        return _worst(v, "refused", draft.problems)
     return v
 
 
@@ -101,7 +87,7 @@ def check_readiness(
     if engine_check:
         verdicts[0] = _lmdeploy_engine_check(target, verdicts[0])
     if draft is not None:
-        verdicts = [_with_draft(v, target, draft, draft_ckpt) for v in verdicts]
+        verdicts = [_with_draft(v, target, draft, draft_ckpt, draft_tokens) for v in verdicts]
     by: dict[str, EngineVerdict] = {v.engine: v for v in verdicts}
     if draft is not None:
         candidates = ["pytorch", "embedded"]

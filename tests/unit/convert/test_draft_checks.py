@@ -38,9 +38,9 @@ def test_dflash_problems(make_ckpt, make_draft) -> None:
                    dflash_config={"block_size": 4, "target_layer_ids": [1]})  # fmt: skip
     r = check_readiness(make_ckpt("awq"), d, draft_tokens=5)
     text = " | ".join(r.draft.problems)
-    assert "num_target_layers 4" in text
-    assert "target_layer_ids [1]" in text  # the last layer of a 2-layer target
-    assert "block_size 4 < draft tokens 5 + 1" in text
+    assert "trained for a 4-layer target" in text
+    assert "include the target's last layer (1)" in text  # issue 10's rule, added by convert
+    assert "block_size 4 allows at most 3 draft tokens" in text
     assert "vocabulary sizes differ" in text
     assert by_engine(r)["pytorch"].status == "refused" and not r.ready
 
@@ -60,4 +60,4 @@ def test_mtp_target_without_draft(make_ckpt) -> None:
 
 def test_draft_tokens_out_of_range(make_ckpt, make_draft) -> None:
     r = check_readiness(make_ckpt("awq"), make_draft("eagle3", dtype="float16"), draft_tokens=16)
-    assert any("outside 1..15" in p for p in r.draft.problems)
+    assert any("must be in 1..15" in p for p in r.draft.problems)
