@@ -124,23 +124,26 @@ def repack_gptq_to_awq(
     linears = copied = 0
     with atomic_dir(out, overwrite=overwrite) as tmp:
         weight_map: dict[str, str] = {}
-        for f in sorted(src.path.glob("*.safetensors")):
-            tensors, meta = read_tensors(f)
+        # All shards memory-mapped at once (nothing is read yet), so that a linear whose qweight, qzeros and
+        # scales sit in different shards still repacks; its output goes to the shard holding its qweight.
+        shards = {f.name: read_tensors(f) for f in sorted(src.path.glob("*.safetensors"))}
+        everything = {n: t for tensors, _ in shards.values() for n, t in tensors.items()}
+        for fname, (tensors, meta) in shards.items():
             prefixes = sorted({n[: -len(".qweight")] for n in tensors if n.endswith(".qweight")})
-            progress(f"repacking {f.name}: {len(prefixes)} quantized linears")
+            progress(f"repacking {fname}: {len(prefixes)} quantized linears")
             out_items: list[tuple[str, str, np.ndarray]] = []
-            done: set[str] = set()
             for p in prefixes:
-                out_items += _repack_linear(tensors, p, g, v1)
-                done |= {f"{p}.qweight", f"{p}.qzeros", f"{p}.scales", f"{p}.g_idx"}
+                out_items += _repack_linear(everything, p, g, v1)
                 linears += 1
             for name, t in tensors.items():
-                if name not in done:
-                    out_items.append((name, t.dtype, t.array))
-                    copied += 1
+                prefix, _, suffix = name.rpartition(".")
+                if suffix in ("qweight", "qzeros", "scales", "g_idx") and f"{prefix}.qweight" in everything:
+                    continue  # written with its linear
+                out_items.append((name, t.dtype, t.array))
+                copied += 1
             out_items.sort(key=lambda x: x[0])
-            write_tensors(tmp / f.name, out_items, {**meta, "format": "pt"})
-            weight_map.update({name: f.name for name, _, _ in out_items})
+            write_tensors(tmp / fname, out_items, {**meta, "format": "pt"})
+            weight_map.update({name: fname for name, _, _ in out_items})
         files = _copy_other_files(src.path, tmp)
         config = dict(src.config)
         qc = awq_quantization_config(q.raw)

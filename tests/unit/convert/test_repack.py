@@ -83,3 +83,31 @@ def test_repack_refuses_existing_out(make_ckpt, tmp_path: Path) -> None:
     (tmp_path / "o").mkdir()
     with pytest.raises(InputError, match="already exists"):
         repack_gptq_to_awq(make_ckpt("gptq"), tmp_path / "o")
+
+
+def test_repack_sharded_with_split_linears(make_ckpt, tmp_path: Path) -> None:
+    """scales in another shard than their qweight; the index is rewritten to the output's files."""
+    src = make_ckpt("gptq")
+    t, meta = read_tensors(src / "model.safetensors")
+    one = [(n, v.dtype, np.array(v.array)) for n, v in t.items() if not n.endswith(".scales")]
+    two = [(n, v.dtype, np.array(v.array)) for n, v in t.items() if n.endswith(".scales")]
+    (src / "model.safetensors").unlink()
+    write_tensors(src / "model-00001-of-00002.safetensors", one, meta)
+    write_tensors(src / "model-00002-of-00002.safetensors", two, meta)
+    wm = {n: "model-00001-of-00002.safetensors" for n, _, _ in one}
+    wm |= {n: "model-00002-of-00002.safetensors" for n, _, _ in two}
+    (src / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": wm}))
+    out = tmp_path / "awq"
+    repack_gptq_to_awq(src, out)
+    index = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
+    b: dict = {}
+    for f in sorted(out.glob("*.safetensors")):
+        tensors, _ = read_tensors(f)
+        assert all(index[n] == f.name for n in tensors)
+        b |= tensors
+    assert set(index) == set(b) and not any(n.endswith(".g_idx") for n in index)
+    for n in [n for n in t if n.endswith(".qweight")]:
+        p = n[: -len(".qweight")]
+        wg = dequant_gptq_v1(t[f"{p}.qweight"].array, t[f"{p}.qzeros"].array, t[f"{p}.scales"].array, 128)
+        wa = dequant_awq(b[f"{p}.qweight"].array, b[f"{p}.qzeros"].array, b[f"{p}.scales"].array, 128)
+        assert np.array_equal(wg.view(np.uint16), wa.view(np.uint16))
