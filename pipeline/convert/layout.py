@@ -64,19 +64,22 @@ def quantized_linears(ckpt: Checkpoint, q: QuantInfo) -> list[QuantLinear]:
 def _check_gptq_awq(ckpt: Checkpoint, prefix: str, fmt: str, g: int | None) -> QuantLinear:
     t = ckpt.tensors
     lin = QuantLinear(prefix, fmt)
-    missing = [s for s in ("qweight", "qzeros", "scales") if f"{prefix}.{s}" not in t]
+    # TurboMind synthesises GPTQ's zeros (8) when `qzeros` is absent, but has no way to for AWQ
+    # (weight_format.py: GPTQFormat.synthesize_zeros exists, AWQFormat's does not).
+    required = ("qweight", "qzeros", "scales") if fmt == "awq" else ("qweight", "scales")
+    missing = [s for s in required if f"{prefix}.{s}" not in t]
     if missing:
         lin.problems.append(f"{prefix}: missing {', '.join(missing)}")
         return lin
-    qw, qz, sc = t[f"{prefix}.qweight"], t[f"{prefix}.qzeros"], t[f"{prefix}.scales"]
-    for name, info, want in (
-        ("qweight", qw, ("I32",)),
-        ("qzeros", qz, ("I32",)),
-        ("scales", sc, FLOAT_DTYPES),
-    ):
+    qw, sc = t[f"{prefix}.qweight"], t[f"{prefix}.scales"]
+    qz = t.get(f"{prefix}.qzeros")
+    checks = [("qweight", qw, ("I32",)), ("scales", sc, FLOAT_DTYPES)]
+    if qz is not None:
+        checks.append(("qzeros", qz, ("I32",)))
+    for name, info, want in checks:
         if info.dtype not in want:
             lin.problems.append(f"{prefix}.{name}: dtype {info.dtype}, expected {'/'.join(want)}")
-    if len(qw.shape) != 2 or len(qz.shape) != 2 or len(sc.shape) != 2:
+    if len(qw.shape) != 2 or len(sc.shape) != 2 or (qz is not None and len(qz.shape) != 2):
         lin.problems.append(f"{prefix}: qweight/qzeros/scales must be 2-D")
         return lin
     if fmt == "gptq":
@@ -104,7 +107,7 @@ def _check_gptq_awq(ckpt: Checkpoint, prefix: str, fmt: str, g: int | None) -> Q
                 f"{prefix}.scales has {sc.shape[0]} groups, but input size {k} / group_size {g} = {k // g}"
                 " (quantization_config.group_size does not match the tensors)"
             )
-    if list(qz.shape) != [sc.shape[0], n // PACK]:
+    if qz is not None and list(qz.shape) != [sc.shape[0], n // PACK]:
         lin.problems.append(f"{prefix}.qzeros shape {qz.shape}, expected {[sc.shape[0], n // PACK]}")
     gi = t.get(f"{prefix}.g_idx")
     if gi is not None and gi.shape != [k]:

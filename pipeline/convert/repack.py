@@ -176,17 +176,19 @@ def _repack_linear(
     tensors: dict[str, StTensor], prefix: str, g: int, v1: bool
 ) -> list[tuple[str, str, np.ndarray]]:
     try:
-        qw, qz, sc = (tensors[f"{prefix}.{s}"] for s in ("qweight", "qzeros", "scales"))
+        qw, sc = tensors[f"{prefix}.qweight"], tensors[f"{prefix}.scales"]
     except KeyError as e:
-        raise InputError(
-            f"{prefix}: missing {e.args[0]} (quantized tensors of one layer in two files?)"
-        ) from None
+        raise InputError(f"{prefix}: missing {e.args[0]}") from None
+    qz = tensors.get(f"{prefix}.qzeros")  # absent: symmetric zeros (8), as TurboMind assumes
     codes = unpack_rows(qw.array)  # [K, N]
     k, n = codes.shape
     gi = tensors.get(f"{prefix}.g_idx")
     if gi is not None and not np.array_equal(gi.array, np.arange(k, dtype=np.int64) // g):
         raise InputError(f"{prefix}.g_idx is not k // group_size: act-order GPTQ cannot be repacked to AWQ")
-    zeros = unpack_cols_sequential(qz.array).astype(np.int16) + (1 if v1 else 0)
+    if qz is None:
+        zeros = np.full((k // g, n), 8, dtype=np.int16)
+    else:
+        zeros = unpack_cols_sequential(qz.array).astype(np.int16) + (1 if v1 else 0)
     if not np.all(zeros == 8):
         bad = sorted(set(np.unique(zeros).tolist()) - {8})
         raise InputError(

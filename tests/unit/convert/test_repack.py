@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from specq.pipeline.checkpoint import Checkpoint
-from specq.pipeline.convert import repack_gptq_to_awq
+from specq.pipeline.convert import check_readiness, repack_gptq_to_awq
 from specq.pipeline.convert.st_io import read_tensors, write_tensors
 from specq.pipeline.errors import InputError
 from tests.convert_dequant import dequant_awq, dequant_gptq_v1
@@ -111,3 +111,18 @@ def test_repack_sharded_with_split_linears(make_ckpt, tmp_path: Path) -> None:
         wg = dequant_gptq_v1(t[f"{p}.qweight"].array, t[f"{p}.qzeros"].array, t[f"{p}.scales"].array, 128)
         wa = dequant_awq(b[f"{p}.qweight"].array, b[f"{p}.qzeros"].array, b[f"{p}.scales"].array, 128)
         assert np.array_equal(wg.view(np.uint16), wa.view(np.uint16))
+
+
+def test_gptq_without_qzeros_repacks_with_zero_8(make_ckpt, tmp_path: Path) -> None:
+    """TurboMind synthesises GPTQ zeros of 8 when qzeros is absent; the repack writes them explicitly."""
+    src = make_ckpt("gptq", drop=("qzeros",))
+    tm = check_readiness(src).verdict("turbomind")
+    assert tm.status == "accepted", tm.reasons
+    repack_gptq_to_awq(src, tmp_path / "awq")
+    b, _ = read_tensors(tmp_path / "awq" / "model.safetensors")
+    assert np.all(b["model.layers.0.mlp.down_proj.qzeros"].array.view(np.uint32) == 0x88888888)
+
+
+def test_awq_without_qzeros_refused(make_ckpt) -> None:
+    tm = check_readiness(make_ckpt("awq", drop=("qzeros",))).verdict("turbomind")
+    assert tm.status == "refused" and "missing qzeros" in tm.reasons[0]
