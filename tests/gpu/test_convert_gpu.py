@@ -86,4 +86,16 @@ def test_repacked_awq_greedy_matches_gptq_source(gptq_and_awq: tuple[Path, Path]
         if hasattr(pipe, "close"):
             pipe.close()
     got = list(res.token_ids)[:NEW_TOKENS]
-    assert got == want[: len(got)], f"LMDeploy AWQ greedy {got} != GPTQ-dequantized reference {want}"
+    assert len(got) == NEW_TOKENS, res
+    if got == want:
+        return
+    # A random tiny model has near-ties that two fp16 kernels may break differently. Teacher-force the
+    # reference on LMDeploy's tokens: each must be the reference's argmax up to fp16 noise. A wrong packing
+    # order or zero point gives tokens far from the argmax.
+    with torch.inference_mode():
+        logits = (
+            ref(torch.tensor([ids + got]).cuda()).logits[0, len(ids) - 1 : len(ids) - 1 + len(got)].float()
+        )
+    gaps = (logits.max(-1).values - logits[torch.arange(len(got)), torch.tensor(got)]).tolist()
+    tol = 0.01 * float(logits.abs().max())
+    assert max(gaps) <= tol, f"LMDeploy AWQ {got} vs reference {want}: gaps to argmax {gaps} (tol {tol:.4f})"
