@@ -94,7 +94,10 @@ def test_repacked_awq_greedy_matches_gptq_source(gptq_and_awq: tuple[Path, Path]
     # order or zero point gives tokens far from the argmax.
     with torch.inference_mode():
         logits = (
-            ref(torch.tensor([ids + got]).cuda()).logits[0, len(ids) - 1 : len(ids) - 1 + len(got)].float()
+            ref(torch.tensor([ids + got]).cuda())
+            .logits[0, len(ids) - 1 : len(ids) - 1 + len(got)]
+            .float()
+            .cpu()
         )
     gaps = (logits.max(-1).values - logits[torch.arange(len(got)), torch.tensor(got)]).tolist()
     tol = 0.01 * float(logits.abs().max())
