@@ -1,11 +1,134 @@
-"""`specq quantize`."""
+"""`specq quantize`: 4-bit GPTQ or AWQ with your own calibration data, and a quality report."""
 
 from __future__ import annotations
 
-import typer
+from pathlib import Path
+from typing import Annotated
 
-from ._stub import stub
+import typer
+from rich.table import Table
+
+from specq.pipeline.errors import UsageError
+
+from ._common import ConfigOpt, JsonOpt, emit_json, out, progress, resolve
+
+Opt = typer.Option
 
 
 def register(app: typer.Typer) -> None:
-    stub(app, "quantize", "Quantize a checkpoint to 4-bit GPTQ or AWQ with your calibration data.")
+    app.command("quantize")(quantize)
+
+
+def quantize(
+    model: Annotated[Path, typer.Argument(help="Hugging Face model directory (unquantized).")],
+    calib: Annotated[
+        str | None,
+        Opt(
+            "--calib",
+            help="Calibration: FILE (.jsonl .json .parquet .csv .txt), DIR, or hub NAME[:CONFIG[:SPLIT]].",
+        ),
+    ] = None,
+    out_dir: Annotated[Path | None, Opt("--out", "-o", help="Output directory (must not exist).")] = None,
+    method: Annotated[
+        str | None, Opt("--method", help="gptq | awq (default: awq --for speculative, gptq --for plain).")
+    ] = None,
+    target: Annotated[
+        str | None,
+        Opt("--for", help="speculative (default: output the PyTorch engine speculates with) | plain."),
+    ] = None,
+    backend: Annotated[
+        str | None, Opt("--backend", help="gptqmodel (default) | llmcompressor | autoawq | lmdeploy.")
+    ] = None,
+    bits: Annotated[int | None, Opt("--bits", help="Weight bits (TurboMind: 4).")] = None,
+    group_size: Annotated[int | None, Opt("--group-size", help="128 (default), 64 or 32.")] = None,
+    sym: Annotated[
+        bool | None, Opt("--sym/--asym", help="Symmetric (GPTQ default) or with zero points (AWQ default).")
+    ] = None,
+    desc_act: Annotated[
+        bool | None, Opt("--desc-act/--no-desc-act", help="GPTQ act-order (TurboMind: off).")
+    ] = None,
+    text_field: Annotated[
+        str | None, Opt("--text-field", help="Text column (default: text; chat 'messages' is rendered).")
+    ] = None,
+    samples: Annotated[int | None, Opt("--samples", help="Calibration samples (default 128).")] = None,
+    seqlen: Annotated[
+        int | None, Opt("--seqlen", help="Tokens per sample; short texts are packed (default 512).")
+    ] = None,
+    seed: Annotated[int | None, Opt("--seed", help="Shuffle seed for the calibration texts.")] = None,
+    device: Annotated[str | None, Opt("--device", help="auto | cpu | cuda.")] = None,
+    turbomind_check: Annotated[
+        bool | None, Opt("--turbomind-check/--no-turbomind-check", help="Refuse settings TurboMind rejects.")
+    ] = None,
+    evaluate: Annotated[
+        bool | None, Opt("--eval/--no-eval", help="Perplexity and logits cosine, original vs quantized.")
+    ] = None,
+    eval_samples: Annotated[
+        int | None, Opt("--eval-samples", help="Held-out samples for perplexity.")
+    ] = None,
+    config: ConfigOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Quantize a checkpoint to 4-bit GPTQ or AWQ with your calibration data, ready for LMDeploy.
+
+    Example: specq quantize ./Qwen3-8B --calib data.jsonl --out ./Qwen3-8B-awq
+    """
+    from specq.pipeline.quantize import quantize as run
+
+    section = dict(model=str(model), calib=calib, out=str(out_dir) if out_dir else None, method=method,
+                   backend=backend, bits=bits, group_size=group_size, sym=sym, desc_act=desc_act,
+                   text_field=text_field, samples=samples, seqlen=seqlen, seed=seed, device=device,
+                   turbomind_check=turbomind_check, evaluate=evaluate, eval_samples=eval_samples)  # fmt: skip
+    section["for"] = target
+    cfg = resolve(config, quantize=section).quantize
+    if not cfg.out:
+        raise UsageError("no output directory: pass --out DIR")
+    result = run(model, cfg, Path(cfg.out), progress=progress)
+    if json:
+        emit_json(result.model_dump(mode="json"))
+    else:
+        out.print(report_table(result))
+
+
+def report_table(r: object) -> Table:
+    from specq.pipeline.quantize import QuantizeResult
+
+    assert isinstance(r, QuantizeResult)
+    t = Table(title=f"specq quantize: {r.method.upper()} {r.bits}-bit g{r.group_size} via {r.backend}")
+    t.add_column("", style="bold")
+    t.add_column("value")
+    c, q = r.calibration, r.quality
+    rows = [
+        ("output", f"{r.out} ({r.format}{', repacked to AWQ' if r.repacked_to_awq else ''})"),
+        ("for", r.target),
+        (
+            "calibration",
+            f"{c.samples} samples x ≤{c.seqlen} tokens = {c.tokens_used} tokens ({c.texts} texts)",
+        ),
+        (
+            "size",
+            f"{_mib(r.size_original_bytes)} → {_mib(r.size_quantized_bytes)} ({r.compression_ratio:.2f}x)",
+        ),
+        (
+            "time",
+            f"{r.seconds_total:.1f} s (quantize {r.seconds_quantize:.1f} s, eval {r.seconds_eval:.1f} s)",
+        ),
+    ]
+    if q is not None:
+        if q.perplexity_original is not None and q.perplexity_quantized is not None:
+            rows.append(
+                (
+                    "perplexity",
+                    f"{q.perplexity_original:.3f} → {q.perplexity_quantized:.3f} "
+                    f"(x{q.perplexity_ratio:.3f}, {q.heldout_tokens} held-out tokens)",
+                )  # fmt: skip
+            )
+        if q.logits_cosine_mean is not None:
+            rows.append(("logits cosine", f"mean {q.logits_cosine_mean:.4f}, min {q.logits_cosine_min:.4f}"))
+    rows += [("warning", w) for w in r.warnings]
+    for k, v in rows:
+        t.add_row(k, v)
+    return t
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB"

@@ -67,11 +67,15 @@ class GenerationSection(Section):
 
 
 class QuantizeSection(Section):
+    """`specq quantize`. Unset `method`/`sym` are resolved by the stage: AWQ for `for = "speculative"` (the
+    PyTorch engine, the only one that speculates, refuses GPTQ), GPTQ for `"plain"`; GPTQ symmetric, AWQ with
+    zero points, as TurboMind expects."""
+
     model: str | None = None
-    method: Literal["gptq", "awq"] = "awq"
+    method: Literal["gptq", "awq"] | None = None
     bits: int = 4
     group_size: int = 128
-    sym: bool = True
+    sym: bool | None = None
     desc_act: bool = False
     calib: str | None = None
     text_field: str = "text"
@@ -83,8 +87,11 @@ class QuantizeSection(Section):
     out: str | None = None
     turbomind_check: bool = True
     target: Literal["speculative", "plain"] = Field("speculative", alias="for")
+    evaluate: bool = Field(True, description="perplexity and logits cosine of original vs quantized")
+    eval_samples: int = Field(8, ge=1, description="held-out samples of seqlen tokens for perplexity")
+    repack: bool = Field(True, description="GPTQ for speculative use: repack to AWQ when convert can")
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
 
 
 class ConvertSection(Section):

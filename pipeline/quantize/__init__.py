@@ -1,1 +1,336 @@
-"""Stage: quantize."""
+"""Stage: quantize. `quantize()` turns a Hugging Face checkpoint into a 4-bit GPTQ or AWQ checkpoint that
+LMDeploy 0.18 loads directly: it resolves the method for the intended use (`for = "speculative"` → AWQ, the
+only 4-bit format the PyTorch engine speculates with; `"plain"` → GPTQ), refuses combinations TurboMind would
+reject before any work, packs the calibration data, runs a backend from the registry with per-layer progress,
+measures the quality cost, and writes everything atomically: the checkpoint, tokenizer files, generation
+config, `specq-quantize.toml` (the resolved config) and `quant_report.json`."""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from ..calibration import CalibrationReport
+from ..checkpoint import Checkpoint
+from ..config import SpecqConfig, config_to_toml
+from ..config.models import QuantizeSection
+from ..errors import EnvironmentMissing, InputError, UsageError
+from ..fsutil import atomic_dir, atomic_write_text
+from ..hardware import cuda_usable, package_version
+from ..progress import Progress, null_progress
+from .backends import BACKENDS, REFUSED, Backend, Job, resolve_backend
+from .quality import QualityReport
+from .turbomind import turbomind_problems
+
+SCHEMA_VERSION = 1
+REPORT_FILE = "quant_report.json"
+CONFIG_FILE = "specq-quantize.toml"
+LOG_FILE = "quantize.log"
+# Files a server needs besides the weights; copied from the source when the backend did not write them.
+SIDE_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "generation_config.json",
+)
+
+
+class QuantizeResult(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    model: str
+    out: str
+    method: str
+    backend: str
+    target: str  # speculative | plain
+    bits: int
+    group_size: int
+    sym: bool
+    desc_act: bool
+    device: str
+    format: str  # what the output is: gptq | awq | compressed-tensors
+    turbomind_check: bool
+    warnings: list[str] = []
+    calibration: CalibrationReport
+    quality: QualityReport | None = None
+    size_original_bytes: int
+    size_quantized_bytes: int
+    compression_ratio: float
+    seconds_total: float
+    seconds_quantize: float
+    seconds_eval: float = 0.0
+    layers: int = 0
+    repacked_to_awq: bool = False
+    versions: dict[str, str | None] = {}
+
+
+def resolve_method(cfg: QuantizeSection) -> tuple[str, bool]:
+    """(method, sym) after the `for` default and TurboMind's per-method sym convention."""
+    method = cfg.method or ("awq" if cfg.target == "speculative" else "gptq")
+    sym = cfg.sym if cfg.sym is not None else method == "gptq"
+    return method, sym
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if cuda_usable() else "cpu"
+    if device == "cuda" and not cuda_usable():
+        raise EnvironmentMissing("--device cuda: no usable CUDA GPU here; use --device cpu or auto")
+    return device
+
+
+def checkpoint_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.iterdir() if p.suffix in (".safetensors", ".bin"))
+
+
+def plan(cfg: QuantizeSection) -> tuple[str, bool, Backend, list[str]]:
+    """Validate a config without touching the model: (method, sym, backend, warnings)."""
+    method, sym = resolve_method(cfg)
+    if cfg.backend and cfg.backend.lower() in REFUSED:
+        raise UsageError(REFUSED[cfg.backend.lower()])
+    warnings: list[str] = []
+    problems = turbomind_problems(method, cfg.bits, cfg.group_size, sym, cfg.desc_act)
+    if problems:
+        reason = "; ".join(problems)
+        if cfg.turbomind_check:
+            raise UsageError(
+                f"TurboMind would refuse this checkpoint: {reason} "
+                "(pass --no-turbomind-check to quantize anyway)"
+            )
+        warnings.append(f"TurboMind will refuse this checkpoint: {reason}")
+    if method == "gptq" and cfg.target == "speculative":
+        warnings.append(
+            "GPTQ is refused by LMDeploy's PyTorch engine, the only one that speculates; "
+            "it must be repacked to AWQ (`specq convert MODEL --to awq --out DIR`)"
+        )
+    backend = resolve_backend(method, cfg.backend)
+    if not cfg.calib:
+        raise UsageError("no calibration data: pass --calib FILE|DIR|HUB_NAME[:CONFIG[:SPLIT]]")
+    if not backend.local_calibration:
+        from ..calibration import parse_source
+
+        kind, _ = parse_source(cfg.calib)
+        if kind == "local":
+            raise UsageError(
+                f"backend '{backend.name}' calibrates only on named hub datasets (e.g. wikitext2, c4), "
+                f"not on local data like {cfg.calib}; use --backend gptqmodel to calibrate on your own data"
+            )
+    return method, sym, backend, warnings
+
+
+def _copy_side_files(src: Path, dst: Path) -> None:
+    for name in SIDE_FILES:
+        if (src / name).is_file() and not (dst / name).exists():
+            shutil.copy2(src / name, dst / name)
+
+
+def _repack(gptq_dir: Path, dest: Path, progress: Progress) -> bool:
+    """Repack GPTQ → AWQ with the convert stage when it is available; False when it is not."""
+    try:
+        mod = importlib.import_module("specq.pipeline.convert.repack")
+    except ImportError:
+        return False
+    fn = getattr(mod, "repack_gptq_to_awq", None) or getattr(mod, "repack", None)
+    if fn is None:
+        return False
+    fn(gptq_dir, dest, progress=progress)
+    return True
+
+
+def quantize(
+    model: Path, cfg: QuantizeSection, out: Path, progress: Progress = null_progress
+) -> QuantizeResult:
+    """Quantize `model` into `out` (which must not exist) as `cfg` says; see the module docstring."""
+    t0 = time.perf_counter()
+    model, out = Path(model), Path(out)
+    ckpt = Checkpoint(model)
+    if ckpt.quantization is not None:
+        raise InputError(
+            f"{model} is already quantized ({ckpt.quantization.method}); pass the original model"
+        )
+    method, sym, backend, warnings = plan(cfg)
+    for w in warnings:
+        progress(f"warning: {w}")
+    if out.exists():
+        raise InputError(f"{out} already exists; choose another --out or remove it")
+    device = resolve_device(cfg.device)
+    from ..calibration import Calibration, load_calibration, load_tokenizer
+
+    assert cfg.calib is not None
+    if backend.local_calibration:
+        calib = load_calibration(
+            cfg.calib,
+            load_tokenizer(model),
+            text_field=cfg.text_field,
+            samples=cfg.samples,
+            seqlen=cfg.seqlen,
+            seed=cfg.seed,
+            heldout_samples=cfg.eval_samples if cfg.evaluate else 0,
+            progress=progress,
+        )
+    else:  # the backend reads its own named calibration set
+        calib = Calibration(
+            samples=[[] for _ in range(cfg.samples)],
+            heldout=[],
+            report=CalibrationReport(
+                source=cfg.calib, kind="backend", texts=0, tokens_total=cfg.samples * cfg.seqlen,
+                samples=cfg.samples, samples_requested=cfg.samples, seqlen=cfg.seqlen,
+                tokens_used=cfg.samples * cfg.seqlen, heldout_samples=0, heldout_tokens=0,
+                notes=[f"calibrated by {backend.name} on its named set '{cfg.calib}'"],
+            ),
+        )  # fmt: skip
+    rep = calib.report
+    progress(
+        f"calibration: {rep.samples} samples, {rep.tokens_used} tokens (seqlen {rep.seqlen}) "
+        f"from {rep.texts} texts; {rep.heldout_samples} held out"
+    )
+    for note in rep.notes:
+        progress(f"calibration: {note}")
+    layers = [0]
+    capture: list[Any] = []
+
+    def on_layer(i: int, n: int) -> None:
+        layers[0] = n
+        with capture[0].passthrough():
+            progress(f"{method.upper()} ({backend.name}): layer {i}/{n}")
+
+    resolved = cfg.model_copy(
+        update={"method": method, "sym": sym, "backend": backend.name, "device": device}
+    )
+    resolved = resolved.model_copy(update={"model": str(model), "out": str(out)})
+    runner = backend.load()
+    from ._capture import backend_output_to
+
+    repacked = False
+    with atomic_dir(out) as tmp:
+        scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".work", dir=out.parent))
+        try:
+            want_repack = method == "gptq" and cfg.target == "speculative" and cfg.repack
+            qdir = scratch / "gptq" if want_repack else tmp
+            qdir.mkdir(exist_ok=True)
+            job = Job(
+                model=model,
+                out=qdir,
+                method=method,
+                bits=cfg.bits,
+                group_size=cfg.group_size,
+                sym=sym,
+                desc_act=cfg.desc_act,
+                device=device,
+                seqlen=cfg.seqlen,
+                seed=cfg.seed,
+                calib_source=cfg.calib,
+                work=scratch,
+            )
+            progress(
+                f"quantizing {model.name} with {backend.name} ({method.upper()}, {device}); log: {LOG_FILE}"
+            )
+            tq = time.perf_counter()
+            with backend_output_to(scratch / LOG_FILE) as cap:
+                capture[:] = [cap]
+                runner(job, calib, on_layer)
+            t_quant = time.perf_counter() - tq
+            _copy_side_files(model, qdir)
+            if want_repack:
+                repacked = _repack(qdir, scratch / "awq", progress)
+                if repacked:
+                    for p in (scratch / "awq").iterdir():
+                        shutil.move(str(p), tmp / p.name)
+                    progress("repacked GPTQ → AWQ for LMDeploy's PyTorch engine")
+                else:
+                    for p in qdir.iterdir():
+                        shutil.move(str(p), tmp / p.name)
+                    msg = (
+                        "GPTQ → AWQ repack is not available in this version (specq.pipeline.convert.repack "
+                        f"missing): for speculation run `specq convert {out} --to awq --out DIR`"
+                    )
+                    warnings.append(msg)
+                    progress(f"warning: {msg}")
+            shutil.copy2(scratch / LOG_FILE, tmp / LOG_FILE)
+            quality = None
+            t_eval = 0.0
+            if cfg.evaluate:
+                progress("evaluating: perplexity on held-out text and logits cosine, original vs quantized")
+                te = time.perf_counter()
+                from .quality import evaluate
+
+                prompts = calib.heldout or calib.samples
+                with backend_output_to(scratch / "eval.log"):
+                    quality = evaluate(model, tmp, calib.heldout, prompts, device)
+                t_eval = time.perf_counter() - te
+            fmt = Checkpoint(tmp).quantization
+            size_o, size_q = checkpoint_bytes(model), checkpoint_bytes(tmp)
+            result = QuantizeResult(
+                model=str(model),
+                out=str(out),
+                method=method,
+                backend=backend.name,
+                target=cfg.target,
+                bits=cfg.bits,
+                group_size=cfg.group_size,
+                sym=sym,
+                desc_act=cfg.desc_act,
+                device=device,
+                format=fmt.method if fmt else "unknown",
+                turbomind_check=cfg.turbomind_check,
+                warnings=warnings,
+                calibration=rep,
+                quality=quality,
+                size_original_bytes=size_o,
+                size_quantized_bytes=size_q,
+                compression_ratio=(size_o / size_q) if size_q else 0.0,
+                seconds_total=time.perf_counter() - t0,
+                seconds_quantize=t_quant,
+                seconds_eval=t_eval,
+                layers=layers[0],
+                repacked_to_awq=repacked,
+                versions=_versions(backend),
+            )
+            atomic_write_text(
+                tmp / CONFIG_FILE, config_to_toml(SpecqConfig(quantize=resolved), ("quantize",))
+            )
+            atomic_write_text(tmp / REPORT_FILE, result.model_dump_json(indent=2) + "\n")
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    progress(f"wrote {out}")
+    return result
+
+
+def _versions(backend: Backend) -> dict[str, str | None]:
+    from .. import __version__
+
+    names = ["torch", "transformers", backend.package]
+    return {"specq": __version__, **{n: package_version(n) for n in names}}
+
+
+def load_result(path: Path) -> QuantizeResult:
+    """Read a saved `quant_report.json` (from a file or an output directory)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / REPORT_FILE
+    try:
+        return QuantizeResult.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: not a readable quantize report ({type(e).__name__})") from None
+
+
+def backend_table() -> list[dict[str, Any]]:
+    """Every registered backend with its methods and whether it is installed (for docs and doctor)."""
+    return [
+        {"name": b.name, "methods": list(b.methods), "installed": b.installed, "note": b.note}
+        for b in BACKENDS.values()
+    ]
+
+
+__all__ = ["QuantizeResult", "backend_table", "load_result", "plan", "quantize", "resolve_method"]

@@ -1,0 +1,113 @@
+"""Keeping backends quiet and observable: their own logs and progress bars (several print to stdout, which
+must stay clean for `--json`) go to a log file at the file-descriptor level, and per-layer progress comes from
+forward pre-hooks on the decoder layers, which every layer-by-layer quantizer calls in order."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .backends import LayerHook
+
+
+class OutputCapture:
+    """While active, fd 1/2 and sys.stdout/sys.stderr go to a log file; `passthrough()` briefly restores
+    them so specq's own progress lines still reach the user."""
+
+    def __init__(self) -> None:
+        self.saved: list[tuple[int, int]] = []
+        self.log_fd: int | None = None
+        self.py_streams: tuple[Any, Any] = (sys.stdout, sys.stderr)
+        self.text: Any = None
+
+    def _to_log(self) -> None:
+        for fd, _ in self.saved:
+            assert self.log_fd is not None
+            os.dup2(self.log_fd, fd)
+        sys.stdout = sys.stderr = self.text
+
+    def _to_user(self) -> None:
+        for fd, copy in self.saved:
+            os.dup2(copy, fd)
+        sys.stdout, sys.stderr = self.py_streams
+
+    @contextlib.contextmanager
+    def passthrough(self) -> Iterator[None]:
+        if self.text is None:
+            yield
+            return
+        self.text.flush()
+        self._to_user()
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            self._to_log()
+
+
+@contextlib.contextmanager
+def backend_output_to(log_path: Path) -> Iterator[OutputCapture]:
+    """Send everything written to fd 1 and 2 (and Python's sys.stdout/sys.stderr) to `log_path`."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    cap = OutputCapture()
+    with (
+        open(log_path, "ab") as log,
+        open(log_path, "a", encoding="utf-8", errors="replace", buffering=1) as text,
+    ):
+        cap.log_fd, cap.text = log.fileno(), text
+        for fd in (1, 2):
+            try:
+                cap.saved.append((fd, os.dup(fd)))
+            except OSError:  # no such descriptor (embedded interpreters): nothing to redirect
+                pass
+        try:
+            cap._to_log()
+            yield cap
+        finally:
+            text.flush()
+            cap._to_user()
+            for _, copy in cap.saved:
+                os.close(copy)
+            cap.text = None
+
+
+def decoder_layers(model: Any) -> list[Any]:
+    """The decoder-layer list of a transformers causal LM (`model.model.layers` and common variants)."""
+    for path in ("model.layers", "model.language_model.layers", "transformer.h", "model.decoder.layers"):
+        obj = model
+        for part in path.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                break
+        if obj is not None:
+            try:
+                return list(obj)
+            except TypeError:
+                continue
+    return []
+
+
+def hook_layers(model: Any, on_layer: LayerHook) -> list[Any]:
+    """Call `on_layer(i, n)` the first time decoder layer i runs; returns the hook handles."""
+    layers = decoder_layers(model)
+    seen: set[int] = set()
+    handles = []
+
+    def make(index: int) -> Any:
+        def hook(module: Any, args: Any) -> None:
+            if index not in seen:
+                seen.add(index)
+                on_layer(index + 1, len(layers))
+
+        return hook
+
+    for i, layer in enumerate(layers):
+        handles.append(layer.register_forward_pre_hook(make(i)))
+    return handles

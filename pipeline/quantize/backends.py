@@ -1,0 +1,126 @@
+"""The quantization backends specq can drive, chosen by name from one registry: for `gptq` gptqmodel (the
+default) and llmcompressor; for `awq` gptqmodel (the default), autoawq and LMDeploy's own `lite auto_awq`
+(hub-named calibration sets only). Each backend module is imported only when it runs."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from ..errors import EnvironmentMissing, UsageError
+from ..hardware import module_present
+
+if TYPE_CHECKING:
+    from ..calibration import Calibration
+
+LayerHook = Callable[[int, int], None]  # (layer index from 1, layer count)
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a backend needs, already validated and resolved."""
+
+    model: Path
+    out: Path  # an empty directory the backend writes the checkpoint into
+    method: str
+    bits: int
+    group_size: int
+    sym: bool
+    desc_act: bool
+    device: str  # cpu | cuda
+    seqlen: int
+    seed: int
+    calib_source: str
+    work: Path  # scratch directory for the backend's side files; removed afterwards
+
+
+class BackendRunner(Protocol):
+    def __call__(self, job: Job, calib: Calibration, on_layer: LayerHook) -> None: ...
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    methods: tuple[str, ...]
+    module: str  # the Python module that must be importable
+    package: str  # the pip name
+    runner: str  # "module:function" inside specq.pipeline.quantize
+    local_calibration: bool = True
+    note: str = ""
+
+    @property
+    def installed(self) -> bool:
+        return module_present(self.module)
+
+    def load(self) -> BackendRunner:
+        mod_name, _, func = self.runner.partition(":")
+        mod = importlib.import_module(f"specq.pipeline.quantize.{mod_name}")
+        runner: BackendRunner = getattr(mod, func)
+        return runner
+
+
+BACKENDS: dict[str, Backend] = {
+    b.name: b
+    for b in (
+        Backend("gptqmodel", ("gptq", "awq"), "gptqmodel", "gptqmodel", "_gptqmodel:run"),
+        Backend(
+            "llmcompressor",
+            ("gptq",),
+            "llmcompressor",
+            "llmcompressor",
+            "_llmcompressor:run",
+            note="writes compressed-tensors (pack-quantized), which TurboMind reads",
+        ),
+        Backend("autoawq", ("awq",), "awq", "autoawq", "_autoawq:run", note="archived upstream"),
+        Backend(
+            "lmdeploy",
+            ("awq",),
+            "lmdeploy",
+            "lmdeploy",
+            "_lmdeploy:run",
+            local_calibration=False,
+            note="lmdeploy lite auto_awq: calibration from named hub sets only",
+        ),
+    )
+}
+
+# Names users reach for that specq deliberately does not drive, with the reason.
+REFUSED = {
+    "auto-gptq": "auto-gptq is archived and breaks with transformers >= 4.56 (which LMDeploy 0.18 needs); "
+    "use --backend gptqmodel, its maintained successor, which writes the same GPTQ format",
+}
+REFUSED["auto_gptq"] = REFUSED["autogptq"] = REFUSED["auto-gptq"]
+
+
+def backends_for(method: str) -> list[Backend]:
+    return [b for b in BACKENDS.values() if method in b.methods]
+
+
+def resolve_backend(method: str, name: str | None) -> Backend:
+    """The named backend (checked against the method), or the first installed one for the method."""
+    if name is not None:
+        key = name.lower()
+        if key in REFUSED:
+            raise UsageError(REFUSED[key])
+        if key not in BACKENDS:
+            raise UsageError(f"unknown backend '{name}'; choose one of: {', '.join(BACKENDS)}")
+        backend = BACKENDS[key]
+        if method not in backend.methods:
+            valid = ", ".join(b.name for b in backends_for(method))
+            raise UsageError(
+                f"backend '{backend.name}' does not do {method.upper()}; for {method} use: {valid}"
+            )
+        if not backend.installed:
+            raise EnvironmentMissing(
+                f"backend '{backend.name}' is not installed; install it with: pip install {backend.package}"
+            )
+        return backend
+    for backend in backends_for(method):
+        if backend.installed and backend.local_calibration:
+            return backend
+    raise EnvironmentMissing(
+        f"no {method.upper()} backend is installed; install one with: pip install 'specq[quant]'"
+    )

@@ -1,0 +1,106 @@
+"""How much quantization cost: perplexity of the original and the quantized model on held-out packed text,
+and the cosine between their next-token logits on a few prompts. The quantized checkpoint is loaded the way
+a user would load it (gptqmodel for GPTQ/AWQ, transformers for compressed-tensors)."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+PROMPT_TOKENS = 32
+PROMPTS = 4
+
+
+class QualityReport(BaseModel):
+    perplexity_original: float | None = None
+    perplexity_quantized: float | None = None
+    perplexity_ratio: float | None = None
+    heldout_tokens: int = 0
+    logits_cosine_mean: float | None = None
+    logits_cosine_min: float | None = None
+    prompts: int = 0
+
+
+def load_original(model: Path, device: str) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(str(model), dtype=torch.float32, device_map=device)
+    return m.eval()
+
+
+def load_quantized(path: Path, device: str) -> Any:
+    import json
+
+    cfg = json.loads((path / "config.json").read_text())
+    method = str((cfg.get("quantization_config") or {}).get("quant_method", "")).lower()
+    if method in ("gptq", "awq"):
+        os.environ.setdefault("GPTQMODEL_CPU_WORKERS", str(min(2, os.cpu_count() or 1) or 1))
+        from gptqmodel import GPTQModel
+
+        return GPTQModel.load(str(path), device=device).model.eval()
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(path), device_map=device).eval()
+
+
+def _device_of(model: Any) -> Any:
+    return next(model.parameters()).device
+
+
+def perplexity(model: Any, chunks: list[list[int]]) -> float:
+    import torch
+
+    nll, count = 0.0, 0
+    dev = _device_of(model)
+    with torch.inference_mode():
+        for ids in chunks:
+            if len(ids) < 2:
+                continue
+            x = torch.tensor([ids], device=dev)
+            logits = model(input_ids=x).logits.float()[0, :-1]
+            nll += torch.nn.functional.cross_entropy(logits, x[0, 1:], reduction="sum").item()
+            count += len(ids) - 1
+    return math.exp(nll / max(count, 1))
+
+
+def last_logits(model: Any, prompts: list[list[int]]) -> list[Any]:
+    import torch
+
+    dev = _device_of(model)
+    with torch.inference_mode():
+        return [model(input_ids=torch.tensor([p], device=dev)).logits.float()[0, -1].cpu() for p in prompts]
+
+
+def evaluate(
+    original: Path, quantized: Path, heldout: list[list[int]], prompts: list[list[int]], device: str
+) -> QualityReport:
+    import gc
+
+    import torch
+
+    prompts = [p[:PROMPT_TOKENS] for p in prompts if p][:PROMPTS]
+    m = load_original(original, device)
+    ppl_o = perplexity(m, heldout) if heldout else None
+    ref = last_logits(m, prompts)
+    del m
+    gc.collect()
+    q = load_quantized(quantized, device)
+    ppl_q = perplexity(q, heldout) if heldout else None
+    got = last_logits(q, prompts)
+    del q
+    gc.collect()
+    cos = [torch.nn.functional.cosine_similarity(a, b, dim=0).item() for a, b in zip(ref, got, strict=True)]
+    return QualityReport(
+        perplexity_original=ppl_o,
+        perplexity_quantized=ppl_q,
+        perplexity_ratio=(ppl_q / ppl_o) if ppl_o and ppl_q else None,
+        heldout_tokens=sum(len(c) for c in heldout),
+        logits_cosine_mean=(sum(cos) / len(cos)) if cos else None,
+        logits_cosine_min=min(cos) if cos else None,
+        prompts=len(cos),
+    )

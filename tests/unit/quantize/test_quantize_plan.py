@@ -1,0 +1,153 @@
+"""Method defaults per use, TurboMind rules, the backend registry and the CLI's one-line refusals; none of
+these load a model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specq.pipeline.config.models import QuantizeSection
+from specq.pipeline.errors import UsageError
+from specq.pipeline.quantize import plan, resolve_method
+from specq.pipeline.quantize.backends import BACKENDS, resolve_backend
+from specq.pipeline.quantize.turbomind import turbomind_problems
+
+
+def test_method_follows_the_intended_use() -> None:
+    assert resolve_method(QuantizeSection()) == ("awq", False)
+    assert resolve_method(QuantizeSection.model_validate({"for": "plain"})) == ("gptq", True)
+    assert resolve_method(QuantizeSection(method="gptq")) == ("gptq", True)
+
+
+@pytest.mark.parametrize(
+    ("method", "bits", "group", "sym", "desc_act", "reason"),
+    [
+        ("gptq", 8, 128, True, False, "bits=8"),
+        ("gptq", 4, 256, True, False, "group_size=256"),
+        ("gptq", 4, 128, False, False, "asymmetric"),
+        ("gptq", 4, 128, True, True, "act-order"),
+        ("awq", 4, 128, True, False, "zero points"),
+    ],
+)
+def test_turbomind_refusals(
+    method: str, bits: int, group: int, sym: bool, desc_act: bool, reason: str
+) -> None:
+    assert any(reason in p for p in turbomind_problems(method, bits, group, sym, desc_act))
+
+
+@pytest.mark.parametrize("group", [128, 64, 32])
+def test_turbomind_accepts_its_group_sizes(group: int) -> None:
+    assert turbomind_problems("gptq", 4, group, True, False) == []
+    assert turbomind_problems("awq", 4, group, False, False) == []
+
+
+def test_plan_refuses_up_front_or_warns_with_no_check() -> None:
+    cfg = QuantizeSection(method="gptq", desc_act=True, calib="x.jsonl")
+    with pytest.raises(UsageError, match="TurboMind would refuse.*--no-turbomind-check"):
+        plan(cfg)
+    method, sym, backend, warnings = plan(cfg.model_copy(update={"turbomind_check": False}))
+    assert any("TurboMind will refuse" in w for w in warnings)
+
+
+def test_gptq_for_speculative_warns_about_the_pytorch_engine() -> None:
+    _, _, _, warnings = plan(QuantizeSection(method="gptq", calib="x.jsonl"))
+    assert any("PyTorch engine" in w for w in warnings)
+
+
+def test_registry() -> None:
+    assert [b.name for b in BACKENDS.values() if "gptq" in b.methods] == ["gptqmodel", "llmcompressor"]
+    assert [b.name for b in BACKENDS.values() if "awq" in b.methods] == ["gptqmodel", "autoawq", "lmdeploy"]
+    assert resolve_backend("gptq", None).name == "gptqmodel"
+    with pytest.raises(UsageError, match="does not do AWQ"):
+        resolve_backend("awq", "llmcompressor")
+    with pytest.raises(UsageError, match="archived.*gptqmodel"):
+        resolve_backend("gptq", "auto-gptq")
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"]}))
+    return d
+
+
+def _one_line(stderr: str) -> str:
+    lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+def test_cli_auto_gptq_is_one_line(cli, model_dir: Path, tmp_path: Path) -> None:
+    code, _, err = cli(
+        "quantize",
+        str(model_dir),
+        "--backend",
+        "auto-gptq",
+        "--calib",
+        "x.jsonl",
+        "--out",
+        str(tmp_path / "o"),
+    )
+    assert code == 2
+    assert "archived" in _one_line(err) and "gptqmodel" in err
+
+
+def test_cli_turbomind_refusal(cli, model_dir: Path, tmp_path: Path) -> None:
+    args = ["--method", "gptq", "--group-size", "256", "--calib", "x.jsonl", "--out", str(tmp_path / "o")]
+    code, _, err = cli("quantize", str(model_dir), *args)
+    assert code == 2 and "group_size=256" in _one_line(err)
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_lmdeploy_refuses_local_data(cli, model_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("lmdeploy")
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "x"}\n')
+    code, _, err = cli(
+        "quantize",
+        str(model_dir),
+        "--backend",
+        "lmdeploy",
+        "--calib",
+        str(data),
+        "--out",
+        str(tmp_path / "o"),
+    )
+    assert code == 2 and "named hub datasets" in _one_line(err)
+
+
+def test_lmdeploy_local_data_refused_in_plan(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from specq.pipeline.quantize import backends
+
+    monkeypatch.setattr(backends.Backend, "installed", property(lambda self: True))
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "x"}\n')
+    with pytest.raises(UsageError, match="named hub datasets"):
+        plan(QuantizeSection(method="awq", backend="lmdeploy", calib=str(data)))
+    plan(QuantizeSection(method="awq", backend="lmdeploy", calib="wikitext2"))  # a named set is fine
+
+
+def test_lmdeploy_command() -> None:
+    from specq.pipeline.quantize._lmdeploy import command
+    from specq.pipeline.quantize.backends import Job
+
+    job = Job(model=Path("m"), out=Path("o"), method="awq", bits=4, group_size=128, sym=False, desc_act=False,
+              device="cpu", seqlen=512, seed=0, calib_source="wikitext2", work=Path("w"))  # fmt: skip
+    cmd = command(job, 64)
+    assert cmd[1:5] == ["-m", "lmdeploy", "lite", "auto_awq"]
+    assert cmd[cmd.index("--calib-dataset") + 1] == "wikitext2" and "--device" in cmd
+
+
+def test_cli_missing_calib_and_out(cli, model_dir: Path, tmp_path: Path) -> None:
+    code, _, err = cli("quantize", str(model_dir), "--out", str(tmp_path / "o"))
+    assert code == 2 and "--calib" in _one_line(err)
+    code, _, err = cli("quantize", str(model_dir), "--calib", "x.jsonl")
+    assert code == 2 and "--out" in _one_line(err)
+
+
+def test_cli_help_has_example(cli) -> None:
+    code, out, _ = cli("quantize", "--help")
+    assert code == 0 and "Example:" in out and "--for" in out
