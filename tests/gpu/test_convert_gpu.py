@@ -4,7 +4,6 @@ dequantized to fp16 in transformers on CUDA. Skips cleanly without CUDA or lmdep
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -20,24 +19,11 @@ NEW_TOKENS = 12
 def gptq_and_awq(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     pytest.importorskip("lmdeploy")
     pytest.importorskip("gptqmodel")
-    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
-    from gptqmodel import GPTQModel, QuantizeConfig
-
     from specq.pipeline.convert import repack_gptq_to_awq
-    from tests.integration.convert.conftest import CALIB, _tiny_qwen3
+    from tests.integration.convert.conftest import quantize_gptq
 
     root = tmp_path_factory.mktemp("convert-gpu")
-    _tiny_qwen3(root / "fp")
-    cwd = os.getcwd()
-    os.chdir(root)  # gptqmodel writes a logs/ directory into the working directory
-    try:
-        qcfg = QuantizeConfig(bits=4, group_size=128, sym=True, desc_act=False)
-        model = GPTQModel.load(str(root / "fp"), qcfg, device="cuda")
-        model.quantize(CALIB, batch_size=4)
-        model.save(str(root / "gptq"))
-        del model
-    finally:
-        os.chdir(cwd)
+    quantize_gptq(root, "cuda")
     repack_gptq_to_awq(root / "gptq", root / "awq")
     return root / "gptq", root / "awq"
 
@@ -70,7 +56,7 @@ def test_repacked_awq_greedy_matches_gptq_source(gptq_and_awq: tuple[Path, Path]
 
     gptq, awq = gptq_and_awq
     ids = AutoTokenizer.from_pretrained(awq)(PROMPT)["input_ids"]
-    ref = _dequantized_reference(gptq, gptq.parent / "fp")
+    ref = _dequantized_reference(gptq, gptq.parent / "model")
     with torch.inference_mode():
         out = ref.generate(torch.tensor([ids]).cuda(), max_new_tokens=NEW_TOKENS, do_sample=False)
     want = out[0, len(ids) :].tolist()
