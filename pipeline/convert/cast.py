@@ -36,7 +36,7 @@ class CastResult(BaseModel):
 def fp16_range_problems(model: Path, limit: int = 1) -> list[str]:
     """Floating-point tensors with a value outside fp16's finite range (or NaN/inf), by name."""
     problems = []
-    for f in sorted(Path(model).glob("*.safetensors")):
+    for f in Checkpoint(model).weight_files:
         tensors, _ = read_tensors(f)
         for name, t in sorted(tensors.items()):
             if t.dtype not in ("BF16", "F32", "F64") or t.array.size == 0:
@@ -101,7 +101,7 @@ def cast_drafter(
         raise InputError(
             f"{ckpt.path}: is {ckpt.quantization.method}-quantized; --dtype casts unquantized drafters"
         )
-    files = sorted(ckpt.path.glob("*.safetensors"))
+    files = ckpt.weight_files
     if not files:
         raise InputError(f"{ckpt.path}: no .safetensors files")
     if dtype == "float16":

@@ -126,7 +126,7 @@ def repack_gptq_to_awq(
         weight_map: dict[str, str] = {}
         # All shards memory-mapped at once (nothing is read yet), so that a linear whose qweight, qzeros and
         # scales sit in different shards still repacks; its output goes to the shard holding its qweight.
-        shards = {f.name: read_tensors(f) for f in sorted(src.path.glob("*.safetensors"))}
+        shards = {f.name: read_tensors(f) for f in src.weight_files}
         everything = {n: t for tensors, _ in shards.values() for n, t in tensors.items()}
         for fname, (tensors, meta) in shards.items():
             prefixes = sorted({n[: -len(".qweight")] for n in tensors if n.endswith(".qweight")})

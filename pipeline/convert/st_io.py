@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +62,6 @@ def read_tensors(path: Path) -> tuple[dict[str, StTensor], dict[str, str]]:
         buf = raw[8 + n + start : 8 + n + end]
         out[name] = StTensor(dtype, buf.view(NP_DTYPES[dtype]).reshape(info["shape"]))
     return out, metadata
-
-
-def iter_checkpoint(model_dir: Path) -> Iterator[tuple[Path, dict[str, StTensor], dict[str, str]]]:
-    for f in sorted(model_dir.glob("*.safetensors")):
-        tensors, meta = read_tensors(f)
-        yield f, tensors, meta
 
 
 def write_tensors(
