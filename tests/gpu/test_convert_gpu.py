@@ -21,9 +21,10 @@ def gptq_and_awq(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     pytest.importorskip("gptqmodel")
     from specq.pipeline.convert import repack_gptq_to_awq
     from tests.integration.convert.conftest import quantize_gptq
+    from tests.tinymodel import build_tiny_model
 
     root = tmp_path_factory.mktemp("convert-gpu")
-    quantize_gptq(root, "cuda")
+    quantize_gptq(build_tiny_model(root / "model"), root, "cuda")
     repack_gptq_to_awq(root / "gptq", root / "awq")
     return root / "gptq", root / "awq"
 

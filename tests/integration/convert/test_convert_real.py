@@ -31,15 +31,18 @@ def test_gptqmodel_writes_v1_sym_layout(gptq_checkpoint: Path) -> None:
     t, _ = read_tensors(gptq_checkpoint / "model.safetensors")
     qz = t["model.layers.0.self_attn.q_proj.qzeros"].array.view(np.uint32)
     assert np.all(qz == 0x77777777)  # v1 stores zero − 1 = 7 in every nibble
-    assert list(t["model.layers.0.mlp.down_proj.qweight"].array.shape) == [256 // 8, 128]
-    assert np.array_equal(t["model.layers.0.mlp.down_proj.g_idx"].array, np.arange(256) // 128)
+    cfg_all = json.loads((gptq_checkpoint / "config.json").read_text())
+    inter, hidden = cfg_all["intermediate_size"], cfg_all["hidden_size"]
+    assert list(t["model.layers.0.mlp.down_proj.qweight"].array.shape) == [inter // 8, hidden]
+    assert np.array_equal(t["model.layers.0.mlp.down_proj.g_idx"].array, np.arange(inter) // 128)
 
 
 def test_repack_real_bitwise(gptq_checkpoint: Path, repacked: Path) -> None:
     a, _ = read_tensors(gptq_checkpoint / "model.safetensors")
     b, _ = read_tensors(repacked / "model.safetensors")
     prefixes = [n[: -len(".qweight")] for n in a if n.endswith(".qweight")]
-    assert len(prefixes) == 14
+    layers = json.loads((gptq_checkpoint / "config.json").read_text())["num_hidden_layers"]
+    assert len(prefixes) == 7 * layers
     for p in prefixes:
         wg = dequant_gptq_v1(a[f"{p}.qweight"].array, a[f"{p}.qzeros"].array, a[f"{p}.scales"].array, 128)
         wa = dequant_awq(b[f"{p}.qweight"].array, b[f"{p}.qzeros"].array, b[f"{p}.scales"].array, 128)
@@ -67,6 +70,9 @@ def test_logits_match_through_gptqmodel(gptq_checkpoint: Path, repacked: Path) -
         la = a.model(ids).logits.float()
     # Same integer codes and scales: equal up to fp16 rounding of the two kernels' accumulation order.
     tol = 2 * float(torch.finfo(torch.float16).eps) * float(lg.abs().max())
+    print(
+        f"max |logit| {float(lg.abs().max()):.4f}, max |Δ| {float((lg - la).abs().max()):.6f}, tol {tol:.5f}"
+    )
     assert float((lg - la).abs().max()) <= tol
     assert torch.equal(lg.argmax(-1), la.argmax(-1))
 
@@ -115,3 +121,28 @@ def test_broken_copies_refused(gptq_checkpoint: Path, tmp_path: Path, cli) -> No
     d = _copy(gptq_checkpoint, tmp_path / "arch")
     _edit_config(d, architectures=["Phi3ForCausalLM"])
     assert "not in TurboMind's supported list" in check_readiness(d).verdict("turbomind").reasons[0]
+
+
+def test_toy_drafter_bf16_to_fp16(toy_pair, tmp_path: Path) -> None:
+    """The toy drafter made bf16 (like a published DFlash drafter), then the fp16 copy an AWQ target needs."""
+    from specq.pipeline.convert import cast_drafter
+
+    cast_drafter(toy_pair.draft, tmp_path / "bf16", "bfloat16")
+    res = cast_drafter(tmp_path / "bf16", tmp_path / "fp16", "float16")
+    a, _ = read_tensors(tmp_path / "bf16" / "model.safetensors")
+    b, _ = read_tensors(tmp_path / "fp16" / "model.safetensors")
+    assert res.tensors_cast == len(a) and {t.dtype for t in b.values()} == {"F16"}
+    for name, t in a.items():
+        x, y = t.as_float32(), b[name].array.astype(np.float32)
+        normal = np.abs(x) >= np.finfo(np.float16).tiny  # below it fp16 is subnormal: precision, not range
+        assert np.array_equal(x[normal], y[normal]), name
+    assert json.loads((tmp_path / "fp16" / "config.json").read_text())["torch_dtype"] == "float16"
+
+
+def test_toy_pair_verdicts(toy_pair, repacked: Path) -> None:
+    """The repacked toy target with the toy draft (a plain model): LMDeploy cannot use a plain draft model,
+    the embedded engine can; without a draft the PyTorch engine accepts the repack."""
+    r = check_readiness(repacked, toy_pair.draft, draft_tokens=4, write_manifest=False)
+    assert r.verdict("pytorch").status == "refused" and r.verdict("embedded").status == "accepted"
+    assert r.ready and r.engine == "embedded"
+    assert check_readiness(repacked, write_manifest=False).verdict("pytorch").status == "accepted"
