@@ -1,11 +1,111 @@
-"""`specq convert`."""
+"""`specq convert`: readiness verdicts per engine, GPTQ → AWQ repack, drafter dtype cast."""
 
 from __future__ import annotations
 
-import typer
+from pathlib import Path
+from typing import Annotated
 
-from ._stub import stub
+import typer
+from rich.table import Table
+
+from ._common import ConfigOpt, JsonOpt, emit_json, err, out, progress, resolve
 
 
 def register(app: typer.Typer) -> None:
-    stub(app, "convert", "Check (and fix) a checkpoint for TurboMind and the PyTorch engine.")
+    @app.command("convert")
+    def convert(
+        model: Annotated[
+            Path, typer.Argument(help="Hugging Face model directory (target, or drafter with --dtype).")
+        ],
+        draft_model: Annotated[
+            Path | None, typer.Option("--draft-model", help="Drafter to check against MODEL.")
+        ] = None,
+        draft_tokens: Annotated[
+            int | None, typer.Option("--draft-tokens", help="Draft tokens per step (K).")
+        ] = None,
+        to: Annotated[str | None, typer.Option("--to", help="Repack a GPTQ checkpoint: awq.")] = None,
+        dtype: Annotated[
+            str | None, typer.Option("--dtype", help="Cast MODEL's weights: float16 or bfloat16.")
+        ] = None,
+        out_dir: Annotated[
+            Path | None, typer.Option("--out", help="Output directory for --to/--dtype.")
+        ] = None,
+        engine_check: Annotated[
+            bool | None, typer.Option("--engine-check", help="Also run LMDeploy's own TurboMind checks.")
+        ] = None,
+        config: ConfigOpt = None,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Check a checkpoint (and drafter) for TurboMind, the PyTorch engine and the embedded engine; fix it.
+
+        Exit 2 when what was asked cannot be served as is; the verdicts print the exact fix command.
+
+        Example: specq convert ./qwen3-gptq --draft-model ./dflash --draft-tokens 5
+        Example: specq convert ./qwen3-gptq --to awq --out ./qwen3-awq
+        Example: specq convert ./dflash-bf16 --dtype float16 --out ./dflash-fp16
+        """
+        from specq.pipeline.convert import NotReady, run_convert
+
+        cfg = resolve(
+            config,
+            model={
+                "model_path": str(model),
+                "draft_model_path": str(draft_model) if draft_model else None,
+                "num_draft_tokens": draft_tokens,
+            },  # fmt: skip
+            convert={
+                "to": to,
+                "dtype": dtype,
+                "out": str(out_dir) if out_dir else None,
+                "engine_check": engine_check,
+            },
+        )
+        k = cfg.model.num_draft_tokens or None
+        result = run_convert(
+            model, cfg.convert, draft_model=cfg.model.draft_model_path, draft_tokens=k, progress=progress
+        )
+        if json_out:
+            emit_json(result.model_dump(mode="json"))
+        else:
+            _render(result)
+        if not result.ready and result.report is not None:
+            fixes = result.report.fixes
+            hint = f"; fix: {' && '.join(fixes)}" if fixes else ""
+            raise NotReady(f"{result.report.model} is not ready to serve as asked{hint}")
+
+
+STYLE = {"accepted": "green", "fixable": "yellow", "refused": "red"}
+
+
+def _render(result) -> None:  # ConvertResult; typed loosely to keep the pipeline import lazy
+    if result.repack is not None:
+        r = result.repack
+        err.print(f"repacked {r.linears} linears (group {r.group_size}), copied {r.tensors_copied} tensors")
+        out.print(f"AWQ checkpoint: {r.out}")
+    if result.cast is not None:
+        c = result.cast
+        out.print(f"{c.dtype} copy: {c.out} ({c.tensors_cast} tensors cast, {c.tensors_copied} copied)")
+        if c.underflow_to_zero:
+            err.print(
+                f"[yellow]note[/yellow]: {c.underflow_to_zero} tiny nonzero weights became 0 in {c.dtype}"
+            )
+    rep = result.report
+    if rep is None:
+        return
+    draft = f", draft {rep.draft.kind} ({rep.draft.method or 'embedded only'})" if rep.draft else ""
+    out.print(f"{rep.model}: {rep.architecture} · {rep.model_format}{draft}", highlight=False)
+    table = Table("engine", "verdict", "why / fix", show_lines=False)
+    for v in rep.verdicts:
+        why = "; ".join(v.reasons)
+        if v.fixes:
+            why += ("\n" if why else "") + "fix: " + " && ".join(v.fixes)
+        table.add_row(v.label, f"[{STYLE[v.status]}]{v.status}[/{STYLE[v.status]}]", why)
+    out.print(table)
+    if rep.max_draft_tokens is not None:
+        out.print(f"largest --draft-tokens: {rep.max_draft_tokens}")
+    if rep.engine:
+        out.print(f"serve with: {rep.engine}")
+    for n in rep.notes:
+        err.print(f"[yellow]note[/yellow]: {n}")
+    if rep.manifest:
+        err.print(f"wrote {rep.manifest}")

@@ -144,6 +144,11 @@ class Checkpoint:
         return out
 
     @property
+    def weight_files(self) -> list[Path]:
+        """The safetensors files holding the weights (the index's shards when there is an index)."""
+        return self._weight_files()
+
+    @property
     def has_weights(self) -> bool:
         """Whether the directory holds safetensors weights (a config-only directory does not)."""
         return bool(self._weight_files())

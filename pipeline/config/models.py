@@ -95,10 +95,20 @@ class QuantizeSection(Section):
 
 
 class ConvertSection(Section):
-    to: Literal["awq"] | None = None
-    dtype: Literal["float16", "bfloat16"] | None = None
-    out: str | None = None
-    engine_check: bool = False
+    """`specq convert`: a readiness check by default; `to` repacks a GPTQ target, `dtype` casts a drafter."""
+
+    to: Literal["awq"] | None = Field(
+        None, description="repack a symmetric 4-bit GPTQ checkpoint as AWQ gemm"
+    )
+    dtype: Literal["float16", "bfloat16"] | None = Field(
+        None, description="write a copy of MODEL in this dtype"
+    )
+    out: str | None = Field(
+        None, description="output directory for `to`/`dtype`; default MODEL-awq / MODEL-fp16"
+    )
+    engine_check: bool = Field(
+        False, description="also run LMDeploy's own TurboMind checks (needs _turbomind)"
+    )
 
 
 class BenchSection(Section):

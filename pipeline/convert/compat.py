@@ -1,0 +1,126 @@
+"""Which quantized targets LMDeploy 0.18's PyTorch engine (the only LMDeploy engine that speculates) and
+specq's embedded engine accept, and the exact `specq convert` command that fixes the fixable ones.
+
+PyTorch engine rules (InternLM/lmdeploy): `lmdeploy/pytorch/config.py` `QuantizationConfig` raises
+`TypeError: Unsupported quant method: gptq`; `lmdeploy/pytorch/nn/linear/awq.py` `AwqLinear` runs in
+float16 with `qweight [K, N/8]`, `scales [K/g, N]`, `qzeros [K/g, N/8]` and asserts `K % group_size == 0`; its
+compressed-tensors path accepts group size 32 only (measured on the H200: `Unsupported compressed-tensors
+group_size: expected 32, got 128`; see docs/verification.md)."""
+
+from __future__ import annotations
+
+from specq.pipeline.checkpoint import Checkpoint
+from specq.pipeline.hardware import module_present
+
+from .turbomind import tensor_problems
+from .verdict import EngineVerdict, repack_command
+
+PYTORCH_CT_GROUP_SIZES = frozenset({32})
+
+
+def repack_blockers(target: Checkpoint) -> list[str]:
+    """Why a GPTQ checkpoint cannot be repacked to AWQ without re-quantizing (empty: it can)."""
+    q = target.quantization
+    if q is None or q.method != "gptq":
+        return ["not a GPTQ checkpoint"]
+    blockers = []
+    if q.bits != 4:
+        blockers.append(f"{q.bits}-bit GPTQ (only 4-bit repacks to AWQ)")
+    if q.desc_act:
+        blockers.append("act-order GPTQ (desc_act: true) has no AWQ equivalent")
+    if q.sym is False:
+        blockers.append("asymmetric GPTQ (sym: false): its zero points are not AWQ's fixed 8")
+    if not q.group_size or q.group_size < 0:
+        blockers.append(f"group_size {q.group_size}: per-channel GPTQ is not repacked")
+    if (q.checkpoint_format or "gptq") not in ("gptq", "gptq_v2"):
+        blockers.append(f"GPTQ checkpoint_format {q.checkpoint_format!r} (expected gptq or gptq_v2)")
+    blockers += tensor_problems(target, q)[1]
+    return blockers
+
+
+def pytorch_engine_verdict(target: Checkpoint) -> EngineVerdict:
+    q = target.quantization
+    if q is None:
+        return EngineVerdict(engine="pytorch", status="accepted")
+    m = q.method
+    if m == "awq":
+        problems = []
+        if (q.version or "") != "gemm":
+            problems.append(
+                f"AWQ version {q.version!r}: the PyTorch engine's AwqLinear takes the gemm layout"
+            )
+        if q.bits != 4:
+            problems.append(f"{q.bits}-bit AWQ: the PyTorch engine runs 4-bit AWQ only")
+        problems += tensor_problems(target, q)[1]
+        if problems:
+            return EngineVerdict(engine="pytorch", status="refused", reasons=problems[:5])
+        return EngineVerdict(engine="pytorch", status="accepted", reasons=["AWQ runs in float16"])
+    if m == "gptq":
+        reason = "refuses GPTQ (LMDeploy 0.18: 'Unsupported quant method: gptq')"
+        blockers = repack_blockers(target)
+        if blockers:
+            return EngineVerdict(
+                engine="pytorch",
+                status="refused",
+                reasons=[reason, "cannot repack to AWQ: " + "; ".join(blockers[:3])],
+                fixes=[],
+            )
+        return EngineVerdict(
+            engine="pytorch",
+            status="fixable",
+            reasons=[reason + "; the same 4-bit codes repack losslessly to AWQ gemm"],
+            fixes=[repack_command(target.path)],
+        )
+    if m == "compressed-tensors":
+        if q.group_size not in PYTORCH_CT_GROUP_SIZES:
+            return EngineVerdict(
+                engine="pytorch",
+                status="refused",
+                reasons=[
+                    f"compressed-tensors group_size {q.group_size}: LMDeploy 0.18's PyTorch engine takes"
+                    " group size 32 only; re-quantize with `specq quantize … --method awq`"
+                ],
+            )
+        problems = tensor_problems(target, q)[1]
+        if problems:
+            return EngineVerdict(engine="pytorch", status="refused", reasons=problems[:5])
+        return EngineVerdict(engine="pytorch", status="accepted")
+    return EngineVerdict(
+        engine="pytorch", status="accepted", reasons=[f"quant_method {m!r} is not checked by specq"]
+    )
+
+
+def pytorch_engine_refusal(target: Checkpoint) -> str | None:
+    """None when LMDeploy 0.18's PyTorch engine accepts `target`; else one line: the reason and, when
+    `specq convert` can fix it, the exact command (e.g. `specq convert MODEL --to awq --out MODEL-awq`)."""
+    v = pytorch_engine_verdict(target)
+    if v.status == "accepted":
+        return None
+    text = "PyTorch engine " + "; ".join(v.reasons)
+    if v.fixes:
+        text += f"; fix: {' && '.join(v.fixes)}"
+    return text
+
+
+def embedded_verdict(target: Checkpoint) -> EngineVerdict:
+    """specq's embedded engine loads checkpoints through transformers; 4-bit ones need a backend installed
+    here (gptqmodel for GPTQ/AWQ, compressed-tensors for llmcompressor output)."""
+    q = target.quantization
+    if q is None:
+        return EngineVerdict(engine="embedded", status="accepted")
+    need = {"gptq": "gptqmodel", "awq": "gptqmodel", "compressed-tensors": "compressed_tensors"}.get(q.method)
+    if need is None:
+        return EngineVerdict(
+            engine="embedded", status="refused", reasons=[f"no embedded loader for quant_method {q.method!r}"]
+        )
+    problems = tensor_problems(target, q)[1]
+    if problems:
+        return EngineVerdict(engine="embedded", status="refused", reasons=problems[:5])
+    if not module_present(need):
+        return EngineVerdict(
+            engine="embedded",
+            status="fixable",
+            reasons=[f"loading {q.method} needs the Python package {need}, which is not installed here"],
+            fixes=["pip install 'specq[quant]'"],
+        )
+    return EngineVerdict(engine="embedded", status="accepted")

@@ -1,0 +1,77 @@
+"""The drafter side of `specq convert`: what kind of drafter a checkpoint is, which LMDeploy speculative
+method that means, whether it fits the target, and the largest draft-token count the pair allows.
+
+The compatibility checks themselves are the serve stage's `specq.pipeline.serve.compat.check_draft` (DFlash
+`num_target_layers`, `target_layer_ids`, `block_size` ≥ K + 1, hidden size, vocabulary; EAGLE hidden size; a
+plain draft model's tokenizer), so `specq convert` and `specq serve` give the same answers. One rule is added
+here: a DFlash drafter must not read the target's last layer (issue 10: transformers returns it post-norm,
+LMDeploy uses it pre-norm)."""
+
+from __future__ import annotations
+
+from specq.pipeline.checkpoint import Checkpoint
+from specq.pipeline.serve.compat import KIND_TO_METHOD, MAX_DRAFT_TOKENS, check_draft
+
+from .verdict import DraftReport
+
+Engine = str  # "lmdeploy" | "embedded", as check_draft takes it
+
+
+def target_has_mtp(target: Checkpoint) -> bool:
+    """Qwen3.5 checkpoints carry their own MTP head (`mtp_num_hidden_layers` > 0): `qwen3_5_mtp` needs no
+    draft checkpoint."""
+    return int(target.text_config.get("mtp_num_hidden_layers") or 0) > 0
+
+
+def max_draft_tokens(draft: Checkpoint | None) -> int:
+    if draft is not None and draft.draft_kind == "dflash":
+        block = int((draft.config.get("dflash_config") or {}).get("block_size") or 0)
+        if block > 1:
+            return min(MAX_DRAFT_TOKENS, block - 1)
+    return MAX_DRAFT_TOKENS
+
+
+def dflash_last_layer_problem(target: Checkpoint, draft: Checkpoint) -> list[str]:
+    if draft.draft_kind != "dflash":
+        return []
+    layers = target.text_config.get("num_hidden_layers")
+    ids = (draft.config.get("dflash_config") or {}).get("target_layer_ids") or []
+    if layers is not None and int(layers) - 1 in [int(i) for i in ids]:
+        return [
+            f"DFlash target_layer_ids {ids} include the target's last layer ({int(layers) - 1}),"
+            " which LMDeploy feeds pre-norm and the drafter was trained on post-norm"
+        ]
+    return []
+
+
+def pair_problems(
+    target: Checkpoint, draft: Checkpoint | None, draft_tokens: int | None, engine: Engine
+) -> list[str]:
+    """Why `draft` (None: the target's MTP head) cannot speculate for `target` on `engine`."""
+    k = draft_tokens if draft_tokens is not None else 1  # without K, only K-independent checks bite
+    if draft is None:
+        return check_draft(target, None, "qwen3_5_mtp", k, engine)
+    problems = check_draft(target, draft, None, k, engine)
+    return problems + [p for p in dflash_last_layer_problem(target, draft) if p not in problems]
+
+
+def draft_report(
+    target: Checkpoint, draft: Checkpoint | None, draft_tokens: int | None
+) -> DraftReport | None:
+    if draft is None:
+        if target_has_mtp(target):
+            return DraftReport(
+                kind="mtp",
+                method="qwen3_5_mtp",
+                problems=pair_problems(target, None, draft_tokens, "lmdeploy"),
+            )
+        return None
+    kind = draft.draft_kind
+    engine = "embedded" if kind == "model" else "lmdeploy"
+    return DraftReport(
+        path=str(draft.path),
+        kind=kind,
+        method=None if kind == "model" else KIND_TO_METHOD.get(kind),
+        dtype=draft.torch_dtype,
+        problems=pair_problems(target, draft, draft_tokens, engine),
+    )

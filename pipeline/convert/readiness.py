@@ -1,0 +1,181 @@
+"""`specq convert MODEL [--draft-model DRAFT]`: per-engine verdicts for a target (and drafter) from headers
+and configs only, and the `specq-manifest.json` that `specq serve` reads.
+
+Ready means: what was asked can be served by some engine without a fix. With a drafter (or a target with its
+own MTP head) that is the PyTorch engine or, for a plain draft model, the embedded engine; without one, any
+engine. TurboMind never speculates in LMDeploy 0.18, so with a drafter it only serves the plain baseline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specq.pipeline.checkpoint import Checkpoint
+from specq.pipeline.errors import EnvironmentMissing, UsageError
+from specq.pipeline.fsutil import atomic_write_text
+from specq.pipeline.hardware import module_present, package_version
+
+from .compat import embedded_verdict, pytorch_engine_verdict
+from .draft import draft_report, max_draft_tokens, pair_problems
+from .turbomind import turbomind_verdict
+from .verdict import ConvertReport, DraftReport, EngineVerdict, cast_command
+
+MANIFEST = "specq-manifest.json"
+ORDER = {"accepted": 0, "fixable": 1, "refused": 2}
+
+
+class NotReady(UsageError):
+    """`specq convert` found the checkpoint not servable as asked (exit 2)."""
+
+
+def _worst(
+    v: EngineVerdict, status: str, reasons: list[str], fixes: list[str] | None = None
+) -> EngineVerdict:
+    new_status = status if ORDER[status] > ORDER[v.status] else v.status
+    return v.model_copy(
+        update={"status": new_status, "reasons": v.reasons + reasons, "fixes": v.fixes + (fixes or [])}
+    )
+
+
+def model_format(ckpt: Checkpoint) -> str:
+    q = ckpt.quantization
+    return q.method if q else "hf"
+
+
+def _with_draft(
+    v: EngineVerdict, target: Checkpoint, draft: DraftReport, draft_ckpt: Checkpoint | None, k: int | None
+) -> EngineVerdict:
+    if v.engine == "turbomind":
+        return v.model_copy(update={"reasons": v.reasons + ["plain decoding only (no speculative decoding)"]})
+    engine = "lmdeploy" if v.engine == "pytorch" else "embedded"
+    problems = pair_problems(target, draft_ckpt, k, engine)
+    if problems:
+        v = _worst(v, "refused", problems)
+    fp16_target = model_format(target) in ("awq", "gptq")
+    if v.engine == "pytorch" and fp16_target and draft_ckpt is not None and not problems:
+        if (draft.dtype or "").lower() not in ("float16", "half"):
+            v = _worst(
+                v,
+                "fixable",
+                [
+                    f"the target runs in float16, the drafter is {draft.dtype}"
+                    " (the engine would crash at start-up)"
+                ],
+                [cast_command(draft_ckpt.path)],
+            )
+    return v
+
+
+def check_readiness(
+    model: str | Path,
+    draft_model: str | Path | None = None,
+    draft_tokens: int | None = None,
+    *,
+    write_manifest: bool = True,
+    engine_check: bool = False,
+) -> ConvertReport:
+    target = Checkpoint(model)
+    if target.draft_kind in ("dflash", "eagle", "eagle3"):
+        raise UsageError(
+            f"{target.path} is a {target.draft_kind} drafter;"
+            " pass the target as MODEL and this as --draft-model"
+        )
+    draft_ckpt = Checkpoint(draft_model) if draft_model else None
+    draft = draft_report(target, draft_ckpt, draft_tokens)
+    verdicts = [turbomind_verdict(target), pytorch_engine_verdict(target), embedded_verdict(target)]
+    notes: list[str] = []
+    if engine_check:
+        verdicts[0] = _lmdeploy_engine_check(target, verdicts[0])
+    if draft is not None:
+        verdicts = [_with_draft(v, target, draft, draft_ckpt, draft_tokens) for v in verdicts]
+    by: dict[str, EngineVerdict] = {v.engine: v for v in verdicts}
+    if draft is not None:
+        candidates = ["pytorch", "embedded"]
+    else:
+        candidates = ["turbomind", "pytorch", "embedded"]
+    engine = next((e for e in candidates if by[e].status == "accepted"), None)
+    limit = max_draft_tokens(draft_ckpt) if draft is not None else None
+    q = target.quantization
+    report = ConvertReport(
+        model=str(target.path),
+        architecture=(target.architectures or [None])[0],
+        model_format=model_format(target),
+        dtype=target.torch_dtype,
+        quantization=q.model_dump(exclude={"raw"}) if q else None,
+        draft=draft,
+        draft_tokens=draft_tokens,
+        max_draft_tokens=limit,
+        verdicts=verdicts,
+        engine=_engine_label(engine),
+        ready=engine is not None,
+        notes=notes,
+    )
+    if write_manifest:
+        path = target.path / MANIFEST
+        try:
+            atomic_write_text(path, json.dumps(manifest(report), indent=2) + "\n")
+            report.manifest = str(path)
+        except OSError as e:
+            report.notes.append(f"could not write {path}: {e.strerror}")
+    return report
+
+
+def _engine_label(engine: str | None) -> str | None:
+    return {"turbomind": "lmdeploy/turbomind", "pytorch": "lmdeploy/pytorch", "embedded": "embedded"}.get(
+        engine or ""
+    )
+
+
+def manifest(report: ConvertReport) -> dict:
+    """What `specq serve` reads: engine choice, model format, draft method, limits, verdicts."""
+    return {
+        "schema_version": 1,
+        "written_by": "specq convert",
+        "model": report.model,
+        "model_format": report.model_format,
+        "dtype": "float16" if report.model_format in ("awq", "gptq") else report.dtype,
+        "engine": report.engine,
+        "ready": report.ready,
+        "draft": report.draft.model_dump() if report.draft else None,
+        "draft_method": report.draft.method if report.draft else None,
+        "limits": {"max_draft_tokens": report.max_draft_tokens},
+        "verdicts": {
+            v.engine: {"status": v.status, "reasons": v.reasons, "fixes": v.fixes} for v in report.verdicts
+        },
+    }
+
+
+def read_manifest(model: str | Path) -> dict | None:
+    """The manifest next to a model, or None (for `specq serve`)."""
+    path = Path(model) / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _lmdeploy_engine_check(target: Checkpoint, v: EngineVerdict) -> EngineVerdict:
+    """LMDeploy's own TurboMind checks on the checkpoint (a GPU user's machine with TurboMind's
+    native module): `is_supported` and `get_tm_config`, which validates the quantization config and
+    builds the weight-format resolver. Needs `_turbomind`; exit 4 otherwise."""
+    if not module_present("lmdeploy") or not module_present("_turbomind"):
+        raise EnvironmentMissing(
+            "--engine-check runs LMDeploy's own TurboMind checks and needs lmdeploy 0.18 with"
+            " TurboMind's native module (_turbomind); install lmdeploy on a CUDA machine,"
+            " or drop --engine-check"
+        )
+    from lmdeploy.messages import TurbomindEngineConfig  # type: ignore[import-not-found]
+    from lmdeploy.turbomind.converter import get_tm_config  # type: ignore[import-not-found]
+    from lmdeploy.turbomind.supported_models import is_supported  # type: ignore[import-not-found]
+
+    version = package_version("lmdeploy")
+    if not is_supported(str(target.path)):
+        return _worst(v, "refused", [f"lmdeploy {version} is_supported() says no"])
+    try:
+        get_tm_config(str(target.path), TurbomindEngineConfig())
+    except Exception as e:  # LMDeploy raises AssertionError/ValueError/KeyError with its reason
+        return _worst(v, "refused", [f"lmdeploy {version}: {type(e).__name__}: {e}"])
+    return v.model_copy(update={"reasons": v.reasons + [f"lmdeploy {version} engine check passed"]})

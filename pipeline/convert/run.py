@@ -1,0 +1,60 @@
+"""The one entry point behind `specq convert`: a readiness check, a GPTQ → AWQ repack (followed by the check
+of its output), or a drafter dtype cast, chosen by the convert config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from specq.pipeline.config.models import ConvertSection
+from specq.pipeline.errors import UsageError
+from specq.pipeline.progress import Progress, null_progress
+
+from .cast import CastResult, cast_drafter
+from .readiness import check_readiness
+from .repack import RepackResult, repack_gptq_to_awq
+from .verdict import ConvertReport, sibling
+
+
+class ConvertResult(BaseModel):
+    action: Literal["check", "repack", "cast"]
+    report: ConvertReport | None = None
+    repack: RepackResult | None = None
+    cast: CastResult | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.report is None or self.report.ready
+
+
+def run_convert(
+    model: str | Path,
+    cfg: ConvertSection,
+    *,
+    draft_model: str | Path | None = None,
+    draft_tokens: int | None = None,
+    progress: Progress = null_progress,
+) -> ConvertResult:
+    model = Path(model)
+    if cfg.to and cfg.dtype:
+        raise UsageError("--to and --dtype do different jobs (repack a target, cast a drafter): give one")
+    if cfg.to == "awq":
+        out = Path(cfg.out) if cfg.out else sibling(model, "awq")
+        progress(f"repacking GPTQ {model} as AWQ gemm into {out}")
+        rep = repack_gptq_to_awq(model, out, progress=progress)
+        report = check_readiness(out, draft_model, draft_tokens, engine_check=cfg.engine_check)
+        return ConvertResult(action="repack", report=report, repack=rep)
+    if cfg.dtype:
+        if draft_model:
+            raise UsageError("--dtype casts MODEL itself; run it on the drafter without --draft-model")
+        out = Path(cfg.out) if cfg.out else sibling(model, "fp16" if cfg.dtype == "float16" else "bf16")
+        progress(f"casting {model} to {cfg.dtype} into {out}")
+        return ConvertResult(action="cast", cast=cast_drafter(model, out, cfg.dtype, progress=progress))
+    if cfg.out:
+        raise UsageError(
+            "--out needs --to awq or --dtype (a readiness check writes only specq-manifest.json)"
+        )
+    report = check_readiness(model, draft_model, draft_tokens, engine_check=cfg.engine_check)
+    return ConvertResult(action="check", report=report)
