@@ -1,0 +1,86 @@
+"""Preflight messages, with the hardware probes simulating machines that cannot exist here (a GPU box with
+or without lmdeploy, TurboMind, FlashAttention-3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from specq.pipeline import hardware
+from specq.pipeline.errors import EnvironmentMissing
+from specq.pipeline.hardware import GpuInfo
+from specq.pipeline.serve import preflight
+
+H200 = GpuInfo(index=0, name="NVIDIA H200", memory_total_bytes=141 * 2**30, compute_capability="9.0")
+P100 = GpuInfo(index=0, name="Tesla P100", memory_total_bytes=16 * 2**30, compute_capability="6.0")
+
+
+@pytest.fixture
+def machine(monkeypatch: pytest.MonkeyPatch):
+    """Defaults to a complete GPU machine; each test removes one piece."""
+    state = {"lmdeploy": "0.18.0", "gpus": [H200], "turbomind": None, "fa3": None}
+    monkeypatch.setattr(
+        hardware, "package_version", lambda name: state["lmdeploy"] if name == "lmdeploy" else None
+    )
+    monkeypatch.setattr(hardware, "list_gpus", lambda: state["gpus"])
+    monkeypatch.setattr(hardware, "try_import", lambda m: state["turbomind"] if "turbomind" in m else None)
+    monkeypatch.setattr(hardware, "flash_attention_3", lambda: state["fa3"])
+    return state
+
+
+def test_complete_machine_passes(machine) -> None:
+    assert preflight.lmdeploy_problems("turbomind", speculative=False) == []
+    assert preflight.lmdeploy_problems("pytorch", speculative=True) == []
+    preflight.require_lmdeploy("pytorch", True)
+
+
+def test_lmdeploy_missing(machine) -> None:
+    machine["lmdeploy"] = None
+    with pytest.raises(EnvironmentMissing, match=r"lmdeploy is not installed.*specq\[lmdeploy\]") as e:
+        preflight.require_lmdeploy("turbomind", False)
+    assert e.value.exit_code == 4
+    assert "\n" not in str(e.value)
+
+
+def test_lmdeploy_wrong_version(machine) -> None:
+    machine["lmdeploy"] = "0.17.2"
+    with pytest.raises(EnvironmentMissing, match=r"lmdeploy 0.17.2 is installed but specq needs 0.18.x"):
+        preflight.require_lmdeploy("turbomind", False)
+
+
+def test_no_gpu(machine) -> None:
+    machine["gpus"] = []
+    with pytest.raises(EnvironmentMissing, match="no NVIDIA GPU found.*--engine embedded"):
+        preflight.require_lmdeploy("pytorch", False)
+
+
+def test_old_compute_capability(machine) -> None:
+    machine["gpus"] = [P100]
+    with pytest.raises(
+        EnvironmentMissing, match=r"compute capability 6.0; LMDeploy's pytorch backend needs 7.5"
+    ):
+        preflight.require_lmdeploy("pytorch", False)
+
+
+def test_turbomind_module_missing(machine) -> None:
+    machine["turbomind"] = "ImportError: libcudart.so.12: cannot open shared object file"
+    with pytest.raises(
+        EnvironmentMissing, match="TurboMind's native module does not import.*--backend pytorch"
+    ):
+        preflight.require_lmdeploy("turbomind", False)
+    preflight.require_lmdeploy("pytorch", False)  # the PyTorch engine does not need it
+
+
+def test_fa3_missing_for_speculation(machine) -> None:
+    machine["fa3"] = "ModuleNotFoundError: No module named 'flash_attn_interface'"
+    with pytest.raises(EnvironmentMissing, match="needs FlashAttention-3.*hopper/ directory"):
+        preflight.require_lmdeploy("pytorch", True)
+    preflight.require_lmdeploy("pytorch", False)  # plain decoding does not need it
+
+
+def test_vram_hook_reports_planner_problem(machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    import specq.pipeline.plan as plan
+
+    problem = "will not fit: needs 30 GiB, the GPU has 24 GiB"
+    monkeypatch.setattr(plan, "serve_fit_problem", lambda cfg: problem, raising=False)
+    with pytest.raises(EnvironmentMissing, match="will not fit"):
+        preflight.require_lmdeploy("pytorch", False, cfg=object())
