@@ -41,6 +41,9 @@ unit:
 demo:
 	$(BIN)/specq demo
 
+docs:
+	$(BIN)/python -m specq.cli._docs > docs/cli.md
+
 gpu-check:
 	$(BIN)/python -m pytest -m gpu tests/gpu -v $(PYTEST_ARGS)
 

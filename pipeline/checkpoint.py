@@ -64,22 +64,43 @@ class QuantInfo(BaseModel):
 
 
 def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
-    """Tensor names, dtypes and shapes from one .safetensors file, reading only its JSON header."""
+    """Tensor names, dtypes and shapes from one .safetensors file, reading only its JSON header. The header is
+    checked against the file's size, so a truncated or damaged file is an InputError, not a wrong plan."""
     try:
+        size = path.stat().st_size
         with open(path, "rb") as f:
             (n,) = struct.unpack("<Q", f.read(8))
-            if n > 100 * 2**20:
+            if n > 100 * 2**20 or 8 + n > size:
                 raise InputError(
-                    f"{path}: safetensors header of {n} bytes is implausible; the file is damaged"
+                    f"{path}: safetensors header of {n} bytes does not fit a {size}-byte file; the file is "
+                    "damaged or truncated"
                 )
             header = json.loads(f.read(n))
     except (OSError, struct.error, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: not a readable safetensors file ({type(e).__name__})") from None
-    return {
-        name: TensorInfo(dtype=v["dtype"], shape=list(v["shape"]), file=path.name)
-        for name, v in header.items()
-        if name != "__metadata__"
-    }
+    if not isinstance(header, dict):
+        raise InputError(f"{path}: not a readable safetensors file (header is not a JSON object)")
+    out: dict[str, TensorInfo] = {}
+    data_end = 0
+    for name, v in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            info = TensorInfo(dtype=v["dtype"], shape=list(v["shape"]), file=path.name)
+            start, end = (int(x) for x in v["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise InputError(f"{path}: tensor '{name}' has a malformed safetensors header entry") from None
+        if end < start or (info.dtype in DTYPE_BYTES and end - start != info.nbytes):
+            raise InputError(
+                f"{path}: tensor '{name}' header disagrees with its dtype and shape; damaged file"
+            )
+        data_end = max(data_end, end)
+        out[name] = info
+    if 8 + n + data_end > size:
+        raise InputError(
+            f"{path}: file is {size} bytes but its header describes {8 + n + data_end}; the file is truncated"
+        )
+    return out
 
 
 class Checkpoint:
@@ -112,13 +133,34 @@ class Checkpoint:
 
     @cached_property
     def tensors(self) -> dict[str, TensorInfo]:
-        files = sorted(self.path.glob("*.safetensors"))
+        """Every tensor's header. With `model.safetensors.index.json` the shards it names are read (a missing
+        shard is an error); otherwise every `*.safetensors` file in the directory."""
+        files = self._weight_files()
         if not files:
             raise InputError(f"{self.path}: no .safetensors files (specq reads safetensors checkpoints only)")
         out: dict[str, TensorInfo] = {}
         for f in files:
             out.update(read_safetensors_header(f))
         return out
+
+    @property
+    def has_weights(self) -> bool:
+        """Whether the directory holds safetensors weights (a config-only directory does not)."""
+        return bool(self._weight_files())
+
+    def _weight_files(self) -> list[Path]:
+        index = self.path / "model.safetensors.index.json"
+        if index.is_file():
+            try:
+                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+                shards = sorted(set(weight_map.values()))
+            except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+                raise InputError(f"{index}: not a valid safetensors index (no weight_map)") from None
+            missing = [s for s in shards if not (self.path / s).is_file()]
+            if missing:
+                raise InputError(f"{index}: names shard {missing[0]} which is missing from {self.path}")
+            return [self.path / s for s in shards]
+        return sorted(self.path.glob("*.safetensors"))
 
     @property
     def weight_bytes(self) -> int:

@@ -132,10 +132,22 @@ class BenchSection(Section):
 
 
 class PlanSection(Section):
+    """`specq plan`: GPU memory planning. `batch`/`session_len` fall back to `engine.max_batch_size` and
+    `engine.session_len`; the constants below are documented in docs/plan.md."""
+
     gpu_memory: str | None = Field(None, description="e.g. 24GiB; default: measured through NVML")
-    batch: int = Field(1, ge=1)
-    session_len: int | None = Field(None, ge=64)
+    batch: int | None = Field(None, ge=1, description="default: engine.max_batch_size")
+    session_len: int | None = Field(None, ge=64, description="default: engine.session_len")
     kv_dtype: Literal["auto", "float16", "bfloat16", "int8", "int4"] = "auto"
+    engine: Literal["lmdeploy", "embedded"] | None = Field(
+        None, description="memory model; default: engine.engine (auto = lmdeploy)"
+    )
+    max_prefill_token_num: int = Field(8192, ge=64, description="LMDeploy's --max-prefill-token-num")
+    prefill_tokens: int | None = Field(
+        None, ge=1, description="embedded engine: longest prompt prefilled at once; default: session_len"
+    )
+    cuda_context: str = Field("512MiB", description="CUDA context + library workspaces outside the allocator")
+    cuda_graphs: str = Field("256MiB", description="LMDeploy CUDA-graph pools (0 with eager_mode)")
 
 
 class DraftSection(Section):

@@ -1,0 +1,681 @@
+"""The GPU memory plan: weights, KV cache, recurrent state, drafter, runtime buffers and margins against the
+GPU's memory, and the `cache_max_entry_count` / `session_len` that fit. No torch, no weights loaded.
+
+Two memory models:
+- `lmdeploy`: LMDeploy 0.18's PyTorch engine (the engine that speculates). After the weights are loaded it
+  measures the FREE memory, subtracts the recurrent-state pool (`(max_batch_size + 2)` slots) and a runtime
+  reserve of `(max_prefill_token_num + 2*max_batch_size) * vocab * 2` bytes (halving the prefill budget until
+  at least 16 KV blocks fit), then gives `cache_max_entry_count` of what is left to the paged KV cache; target
+  and drafter share the block count, each block holding 64 tokens of both. Activations and CUDA graphs live in
+  the remaining `1 - cache_max_entry_count`. (lmdeploy/pytorch/engine/executor/base.py, `update_configs`.)
+- `embedded`: transformers generation without a preallocated cache: weights + a KV cache that grows with the
+  sequence + activations; the peak is what `torch.cuda.max_memory_allocated` reports, plus the CUDA context.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ..checkpoint import DTYPE_BYTES, Checkpoint
+from ..config.models import SpecqConfig
+from ..errors import ConfigError, EnvironmentMissing, InputError
+from .shapes import ModelShape, estimate_weights, shape_from_config
+
+SCHEMA_VERSION = 1
+Engine = Literal["lmdeploy", "embedded"]
+
+# LMDeploy 0.18 PyTorch engine constants (see docs/plan.md for the source lines).
+LMDEPLOY_BLOCK_SIZE = 64  # PytorchEngineConfig.block_size
+LMDEPLOY_MIN_BLOCKS = 16  # _get_runtime_size halves the prefill budget until this many blocks fit
+LMDEPLOY_STATE_SPARE_SLOTS = 2  # _get_state_cache_mem: max_batches + 2 state slots
+LMDEPLOY_STATE_BYTES = 2  # Gated-DeltaNet conv/recurrent state allocated in bfloat16
+LMDEPLOY_MAX_RATIO = 0.95  # never recommend more than this fraction (LMDeploy requires < 1)
+SAFETY_FRACTION = 0.02  # of GPU memory, kept free on top of every estimate (allocator fragmentation)
+
+_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "k": 2**10,
+    "m": 2**20,
+    "g": 2**30,
+    "t": 2**40,
+}
+GIB = 2**30
+
+
+def parse_memory(text: str, what: str = "--gpu-memory") -> int:
+    """'24GiB', '24 GB', '24576MiB', '80G' (bare K/M/G/T are binary, as nvidia-smi prints) → bytes."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]+)\s*", str(text))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ConfigError(
+            f"{what}: cannot read '{text}' as a memory size; write it like 24GiB, 24GB or 24576MiB"
+        )
+    value = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if value <= 0:
+        raise ConfigError(f"{what}: must be positive, got '{text}'")
+    return int(value)
+
+
+def gib(n: float) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+class ModelMemory(BaseModel):
+    """One checkpoint's share of the plan."""
+
+    path: str
+    role: Literal["target", "draft"]
+    kind: str  # model | dflash | eagle3 | mtp ...
+    weights_bytes: int
+    weights_source: Literal["safetensors headers", "config estimate"]
+    weights_breakdown: dict[str, int]
+    quantization: str | None
+    compute_dtype: str
+    layers: int
+    full_attention_layers: int
+    sliding_attention_layers: int
+    linear_attention_layers: int
+    kv_bytes_per_token: int
+    state_bytes_per_sequence: int
+
+
+class PlanRow(BaseModel):
+    item: str
+    bytes: int
+    note: str = ""
+
+
+class MemoryPlan(BaseModel):
+    """What `specq plan` reports; `fits` is the verdict, `advice` what would fit when it does not."""
+
+    schema_version: int = SCHEMA_VERSION
+    engine: Engine
+    gpu_memory_bytes: int
+    gpu_memory_source: str
+    batch: int
+    session_len: int | None
+    draft_tokens: int
+    kv_dtype: str
+    target: ModelMemory
+    draft: ModelMemory | None = None
+    kv_bytes_per_token: int = Field(description="target + drafter, every cached token")
+    state_bytes_per_sequence: int
+    cuda_context_bytes: int
+    weights_bytes: int
+    free_after_weights_bytes: int
+    state_cache_bytes: int
+    runtime_reserve_bytes: int
+    max_prefill_token_num: int | None
+    activation_bytes: int
+    cuda_graph_bytes: int
+    kv_cache_bytes: int
+    kv_cache_tokens: int
+    cache_max_entry_count: float | None = Field(description="lmdeploy: the value used (given or recommended)")
+    cache_max_entry_count_given: bool = False
+    max_session_len: int = Field(description="longest session_len that fits at `batch` (0: none)")
+    max_batch_at_session_len: int | None
+    peak_bytes: int = Field(description="predicted peak device memory (NVML view, context included)")
+    peak_allocated_bytes: int = Field(description="predicted torch allocator peak (context excluded)")
+    fits: bool
+    verdict: str
+    advice: list[str] = Field(default_factory=list)
+    rows: list[PlanRow] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+# ---- per-model analysis ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Model:
+    ckpt: Checkpoint
+    shape: ModelShape
+    role: Literal["target", "draft"]
+    weights: int
+    breakdown: dict[str, int]
+    source: Literal["safetensors headers", "config estimate"]
+    stored_dtype_bytes: int
+
+
+_QUANT_SUFFIXES = (
+    ".qweight",
+    ".qzeros",
+    ".scales",
+    ".g_idx",
+    ".weight_packed",
+    ".weight_scale",
+    ".weight_zero_point",
+    ".weight_shape",
+    ".weight_g_idx",
+)
+
+
+def _dtype_bytes(name: str | None, default: int = 2) -> int:
+    return {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}.get(str(name or "").lower(), default)
+
+
+def _analyse(
+    ckpt: Checkpoint, role: Literal["target", "draft"], cast_float_to: int | None, include_mtp: bool
+) -> _Model:
+    shape = shape_from_config(ckpt.config)
+    stored = _dtype_bytes(ckpt.torch_dtype)
+    if ckpt.has_weights:
+        bd = {"quantized_linear": 0, "dense": 0, "embeddings": 0, "lm_head": 0, "vision": 0, "mtp": 0}
+        for name, t in ckpt.tensors.items():
+            nbytes = t.nbytes
+            if cast_float_to and t.dtype in ("F32", "F16", "BF16", "F64"):
+                nbytes = t.numel * cast_float_to
+            if name.startswith("mtp.") or ".mtp." in name:
+                if include_mtp:
+                    bd["mtp"] += nbytes
+                continue
+            if name.endswith(_QUANT_SUFFIXES):
+                bd["quantized_linear"] += nbytes
+            elif "embed_tokens" in name:
+                bd["embeddings"] += nbytes
+            elif "lm_head" in name:
+                bd["lm_head"] += nbytes
+            elif "visual" in name or "vision" in name:
+                bd["vision"] += nbytes
+            else:
+                bd["dense"] += nbytes
+        return _Model(ckpt, shape, role, sum(bd.values()), bd, "safetensors headers", stored)
+    elem = cast_float_to or stored
+    est = estimate_weights(shape, ckpt.quantization, elem, include_mtp=include_mtp)
+    return _Model(ckpt, shape, role, est.total, est.as_dict(), "config estimate", stored)
+
+
+# ---- the plan ----------------------------------------------------------------------------------------------
+
+
+def _engine_of(cfg: SpecqConfig, engine: Engine | None) -> Engine:
+    if engine:
+        return engine
+    if cfg.plan.engine:
+        return cfg.plan.engine
+    return "embedded" if cfg.engine.engine == "embedded" else "lmdeploy"
+
+
+def _gpu_memory(cfg: SpecqConfig, gpu_memory_bytes: int | None) -> tuple[int, str]:
+    if gpu_memory_bytes:
+        return gpu_memory_bytes, "given"
+    if cfg.plan.gpu_memory:
+        return parse_memory(cfg.plan.gpu_memory), f"--gpu-memory {cfg.plan.gpu_memory}"
+    from ..hardware import list_gpus
+
+    gpus = list_gpus()
+    if not gpus:
+        raise EnvironmentMissing(
+            "no NVIDIA GPU visible through NVML to plan against; "
+            "pass the card's memory, e.g. --gpu-memory 24GiB"
+        )
+    g = gpus[0]
+    return g.memory_total_bytes, f"NVML GPU 0: {g.name}"
+
+
+def _compute_dtype(model: _Model, engine: Engine, cfg: SpecqConfig) -> tuple[str, int]:
+    """The dtype activations and the KV cache use. LMDeploy: 'auto' runs fp32/fp16 models in fp16, bf16
+    models in bf16, AWQ/GPTQ targets in fp16. Embedded: the checkpoint's dtype unless engine.dtype says."""
+    want = cfg.engine.dtype
+    if want != "auto":
+        return want, _dtype_bytes(want)
+    dt = str(model.ckpt.torch_dtype or "float16").lower()
+    if engine == "lmdeploy":
+        if model.ckpt.quantization is not None or dt in ("float32", "float16"):
+            return "float16", 2
+        return "bfloat16", 2
+    return dt, _dtype_bytes(dt)
+
+
+def _kv_per_token(shape: ModelShape, kv_dtype: str, act_bytes: int, engine: Engine, session: int) -> int:
+    """KV bytes per cached token. LMDeploy's paged cache holds every attention layer at full length; the
+    embedded engine's sliding layers keep at most `sliding_window` tokens (averaged over `session`)."""
+    if kv_dtype == "int8":
+        return shape.kv_bytes_per_token(1, scale_bytes=2 * act_bytes)
+    if kv_dtype == "int4":
+        return shape.kv_bytes_per_token(0.5, scale_bytes=2 * act_bytes)
+    elem = _dtype_bytes(kv_dtype, act_bytes) if kv_dtype != "auto" else act_bytes
+    if engine == "embedded" and shape.sliding_layers and shape.sliding_window and session:
+        full = shape.kv_bytes_per_token(elem, layers=shape.full_layers)
+        frac = min(1.0, shape.sliding_window / session)
+        return full + int(shape.kv_bytes_per_token(elem, layers=shape.sliding_layers) * frac)
+    return shape.kv_bytes_per_token(elem)
+
+
+def _activation_bytes(shape: ModelShape, tokens: int, act_bytes: int) -> int:
+    """Transient activations of one forward over `tokens`: residual/normed hidden states, the fused
+    gate/up output and its product, and the attention projections (linear-attention layers are smaller)."""
+    q = shape.num_heads * shape.head_dim * (2 if shape.attn_output_gate else 1)
+    kv = 2 * shape.num_kv_heads * shape.head_dim
+    width = 4 * shape.hidden + 3 * shape.intermediate + q + kv
+    return tokens * width * act_bytes
+
+
+def plan_memory(
+    target: Checkpoint,
+    draft: Checkpoint | None = None,
+    cfg: SpecqConfig | None = None,
+    *,
+    gpu_memory_bytes: int | None = None,
+    engine: Engine | None = None,
+    cache_max_entry_count: float | None = None,
+) -> MemoryPlan:
+    """Plan GPU memory for serving `target` (and `draft`) as `cfg` describes. Raises InputError for unreadable
+    checkpoints, ConfigError for a bad --gpu-memory, EnvironmentMissing when no GPU size is known.
+    `cache_max_entry_count` evaluates that LMDeploy ratio; None recommends one."""
+    cfg = cfg or SpecqConfig()
+    eng = _engine_of(cfg, engine)
+    total, source = _gpu_memory(cfg, gpu_memory_bytes)
+    batch = cfg.plan.batch or cfg.engine.max_batch_size
+    session = cfg.plan.session_len or cfg.engine.session_len
+    k = cfg.model.num_draft_tokens
+    method = cfg.speculative.method
+    include_mtp = method in ("qwen3_5_mtp", "deepseek_mtp", "hy3_mtp")
+    ctx = parse_memory(cfg.plan.cuda_context, "plan.cuda_context")
+    graphs = (
+        0
+        if (eng == "embedded" or cfg.engine.eager_mode)
+        else parse_memory(cfg.plan.cuda_graphs, "plan.cuda_graphs")
+    )
+
+    # LMDeploy casts fp32 weights to fp16; the embedded engine casts only when engine.dtype says so.
+    cast = (
+        2 if eng == "lmdeploy" else (None if cfg.engine.dtype == "auto" else _dtype_bytes(cfg.engine.dtype))
+    )
+    t = _analyse(target, "target", cast, include_mtp)
+    d = _analyse(draft, "draft", cast, False) if draft is not None else None
+    t_dtype, act = _compute_dtype(t, eng, cfg)
+    notes: list[str] = []
+    if d is not None and eng == "lmdeploy" and t.ckpt.quantization is not None:
+        d_dtype = "float16"  # AWQ runs in fp16 in the PyTorch engine; the drafter must match (serve casts it)
+    elif d is not None:
+        d_dtype, _ = _compute_dtype(d, eng, cfg)
+    else:
+        d_dtype = t_dtype
+    d_act = _dtype_bytes(d_dtype)
+
+    kv_dtype = cfg.plan.kv_dtype
+    if eng == "embedded" and kv_dtype in ("int8", "int4"):
+        raise ConfigError(
+            "plan.kv_dtype: int8/int4 KV is an LMDeploy option; "
+            "the embedded engine keeps KV in the model dtype"
+        )
+
+    def per_token(s: int) -> tuple[int, int]:
+        tk = _kv_per_token(t.shape, kv_dtype, act, eng, s)
+        if include_mtp and t.shape.mtp_layers:
+            tk += t.shape.kv_bytes_per_token(act, layers=t.shape.mtp_layers)
+        dk = _kv_per_token(d.shape, kv_dtype, d_act, eng, s) if d is not None else 0
+        return tk, dk
+
+    state_seq = (
+        t.shape.state_bytes_per_sequence(LMDEPLOY_STATE_BYTES, LMDEPLOY_STATE_BYTES)
+        if eng == "lmdeploy"
+        else t.shape.state_bytes_per_sequence(act, 4)  # transformers keeps the recurrent state in fp32
+    )
+    weights = t.weights + (d.weights if d else 0)
+    lookahead = (k + 1) if (d is not None or include_mtp) and k > 0 else 0
+    if d is not None and d.shape.is_dflash and d.shape.dflash_block_size and k > 0:
+        lookahead = max(lookahead, int(d.shape.dflash_block_size))
+    safety = int(total * SAFETY_FRACTION)
+
+    def model_memory(m: _Model, dtype: str, kvb: int) -> ModelMemory:
+        q = m.ckpt.quantization
+        return ModelMemory(
+            path=str(m.ckpt.path),
+            role=m.role,
+            kind=m.ckpt.draft_kind if m.role == "draft" else "model",
+            weights_bytes=m.weights,
+            weights_source=m.source,
+            weights_breakdown=m.breakdown,
+            quantization=(f"{q.method} {q.bits}-bit g{q.group_size}" if q else None),
+            compute_dtype=dtype,
+            layers=m.shape.num_layers,
+            full_attention_layers=m.shape.full_layers,
+            sliding_attention_layers=m.shape.sliding_layers,
+            linear_attention_layers=m.shape.linear_layers,
+            kv_bytes_per_token=kvb,
+            state_bytes_per_sequence=m.shape.state_bytes_per_sequence(2, 2) if m.role == "target" else 0,
+        )
+
+    if eng == "lmdeploy":
+        res = _lmdeploy(
+            total,
+            ctx,
+            weights,
+            state_seq,
+            batch,
+            session,
+            lookahead,
+            graphs,
+            safety,
+            cfg,
+            t,
+            d,
+            act,
+            per_token,
+            cache_max_entry_count,
+        )
+    else:
+        res = _embedded(
+            total, ctx, weights, state_seq, batch, session, lookahead, safety, cfg, t, d, act, per_token
+        )
+    tk, dk = per_token(session or 0)
+    plan = MemoryPlan(
+        engine=eng,
+        gpu_memory_bytes=total,
+        gpu_memory_source=source,
+        batch=batch,
+        session_len=session,
+        draft_tokens=k,
+        kv_dtype=kv_dtype if kv_dtype != "auto" else t_dtype,
+        target=model_memory(t, t_dtype, tk),
+        draft=model_memory(d, d_dtype, dk) if d is not None else None,
+        kv_bytes_per_token=tk + dk,
+        state_bytes_per_sequence=state_seq,
+        cuda_context_bytes=ctx,
+        weights_bytes=weights,
+        notes=notes,
+        **res,
+    )
+    _finish(plan, t, d, safety)
+    return plan
+
+
+def _lmdeploy(
+    total,
+    ctx,
+    weights,
+    state_seq,
+    batch,
+    session,
+    lookahead,
+    graphs,
+    safety,
+    cfg,
+    t,
+    d,
+    act,
+    per_token,
+    given,
+):
+    tk, dk = per_token(session or 0)
+    block = (tk + dk) * LMDEPLOY_BLOCK_SIZE
+    free = total - ctx - weights
+    ctx_layers = d.shape.dflash_context_layers if (d is not None and d.shape.is_dflash) else 0
+
+    def at(b: int, prefill: int) -> dict[str, Any]:
+        state = state_seq * (b + LMDEPLOY_STATE_SPARE_SLOTS)
+        runtime = (prefill + 2 * b) * t.shape.vocab * 2
+        avail = free - state - runtime
+        acts = _activation_bytes(t.shape, prefill, act) + prefill * ctx_layers * t.shape.hidden * act * 2
+        if d is not None:
+            acts += _activation_bytes(d.shape, max(lookahead, 1) * b, act)
+        need = acts + graphs + safety
+        ratio = given if given is not None else (_floor2((avail - need) / avail) if avail > 0 else 0.0)
+        ratio = min(ratio, LMDEPLOY_MAX_RATIO)
+        blocks = int(avail * ratio) // block if (avail > 0 and ratio > 0 and block > 0) else 0
+        headroom = avail - int(avail * ratio) if avail > 0 else 0
+        ok = blocks >= LMDEPLOY_MIN_BLOCKS and headroom >= need
+        return {
+            "state": state,
+            "runtime": runtime,
+            "prefill": prefill,
+            "acts": acts,
+            "ratio": ratio,
+            "blocks": blocks,
+            "ok": ok,
+            "session_ok": ok
+            and (session is None or blocks * LMDEPLOY_BLOCK_SIZE >= b * (session + lookahead)),
+        }
+
+    def attempt(b: int) -> dict[str, Any]:
+        """Given a ratio: LMDeploy's own loop (halve the prefill budget until 16 blocks fit). Recommending:
+        the largest prefill budget whose plan holds the session; else the one with the most KV blocks."""
+        prefills = []
+        p = cfg.plan.max_prefill_token_num
+        while p >= 256:
+            prefills.append(p)
+            p //= 2
+        tries = [at(b, p) for p in prefills] or [at(b, cfg.plan.max_prefill_token_num)]
+        if given is not None:
+            return next((r for r in tries if r["blocks"] >= LMDEPLOY_MIN_BLOCKS), tries[-1])
+        good = [r for r in tries if r["session_ok"]]
+        return good[0] if good else max(tries, key=lambda r: (r["ok"], r["blocks"]))
+
+    a = attempt(batch)
+    tokens = a["blocks"] * LMDEPLOY_BLOCK_SIZE
+    max_session = (
+        _floor_to(tokens // batch - lookahead, LMDEPLOY_BLOCK_SIZE)
+        if a["blocks"] >= LMDEPLOY_MIN_BLOCKS
+        else 0
+    )
+    max_batch = None
+    if session:
+        max_batch = 0
+        for b in range(1, 1025):
+            if not attempt(b)["session_ok"]:
+                break
+            max_batch = b
+    kv_bytes = a["blocks"] * block
+    peak = ctx + weights + a["state"] + a["runtime"] + kv_bytes + a["acts"] + graphs
+    return {
+        "free_after_weights_bytes": free,
+        "state_cache_bytes": a["state"],
+        "runtime_reserve_bytes": a["runtime"],
+        "max_prefill_token_num": a["prefill"],
+        "activation_bytes": a["acts"],
+        "cuda_graph_bytes": graphs,
+        "kv_cache_bytes": kv_bytes,
+        "kv_cache_tokens": tokens,
+        "cache_max_entry_count": round(a["ratio"], 2) if a["ratio"] > 0 else None,
+        "cache_max_entry_count_given": given is not None,
+        "max_session_len": max(0, max_session),
+        "max_batch_at_session_len": max_batch,
+        "peak_bytes": peak,
+        "peak_allocated_bytes": peak - ctx,
+        "fits": bool(free > 0 and a["ok"] and (session is None or max_session >= session)),
+        "verdict": "",
+    }
+
+
+def _embedded(total, ctx, weights, state_seq, batch, session, lookahead, safety, cfg, t, d, act, per_token):
+    def need(b: int, s: int) -> tuple[int, int, int, int]:
+        tk, dk = per_token(s)
+        kv = b * (s + lookahead) * (tk + dk)
+        growth = (
+            (tk // max(1, t.shape.full_layers + t.shape.sliding_layers)) * b * s
+        )  # one layer's torch.cat copy
+        prefill = min(cfg.plan.prefill_tokens or s, s)
+        acts = _activation_bytes(t.shape, b * prefill, act) + b * (lookahead + 1) * t.shape.vocab * 4 * 2
+        if d is not None:
+            acts = max(acts, _activation_bytes(d.shape, b * prefill, act))
+        return weights + kv + growth + state_seq * b + acts, kv + growth, acts, state_seq * b
+
+    budget = total - ctx - safety
+    s_probe = session or 2048
+    peak_alloc, kv, acts, state = need(batch, s_probe)
+    lo, hi = 0, 1 << 22
+    while lo < hi:  # longest session that fits at this batch
+        mid = (lo + hi + 1) // 2
+        if need(batch, mid)[0] <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    max_batch = None
+    if session:
+        max_batch = 0
+        while max_batch < 4096 and need(max_batch + 1, session)[0] <= budget:
+            max_batch += 1
+    tk, dk = per_token(s_probe)
+    return {
+        "free_after_weights_bytes": total - ctx - weights,
+        "state_cache_bytes": state,
+        "runtime_reserve_bytes": 0,
+        "max_prefill_token_num": None,
+        "activation_bytes": acts,
+        "cuda_graph_bytes": 0,
+        "kv_cache_bytes": kv,
+        "kv_cache_tokens": batch * s_probe,
+        "cache_max_entry_count": None,
+        "cache_max_entry_count_given": False,
+        "max_session_len": lo if lo >= 64 else 0,
+        "max_batch_at_session_len": max_batch,
+        "peak_bytes": ctx + peak_alloc,
+        "peak_allocated_bytes": peak_alloc,
+        "fits": bool(
+            weights + ctx < total and (session is None or need(batch, session)[0] <= budget) and lo >= 64
+        ),
+        "verdict": "",
+    }
+
+
+def _floor2(x: float) -> float:
+    return max(0.0, int(x * 100) / 100)
+
+
+def _floor_to(x: int, step: int) -> int:
+    return (x // step) * step if x > 0 else 0
+
+
+def _finish(plan: MemoryPlan, t: _Model, d: _Model | None, safety: int) -> None:
+    """Verdict, advice and the table rows."""
+    rows = [
+        PlanRow(item="GPU memory", bytes=plan.gpu_memory_bytes, note=plan.gpu_memory_source),
+        PlanRow(
+            item="CUDA context + workspaces", bytes=plan.cuda_context_bytes, note="outside torch's allocator"
+        ),
+        PlanRow(
+            item="target weights",
+            bytes=t.weights,
+            note=f"{t.source}; {plan.target.quantization or plan.target.compute_dtype}",
+        ),
+    ]
+    if d is not None and plan.draft is not None:
+        rows.append(PlanRow(item=f"draft weights ({plan.draft.kind})", bytes=d.weights, note=d.source))
+    if plan.state_cache_bytes:
+        n = plan.target.linear_attention_layers
+        rows.append(
+            PlanRow(
+                item="linear-attention state",
+                bytes=plan.state_cache_bytes,
+                note=f"{gib(plan.state_bytes_per_sequence)}/sequence over {n} Gated-DeltaNet layers",
+            )
+        )
+    if plan.runtime_reserve_bytes:
+        rows.append(
+            PlanRow(
+                item="runtime reserve (logits)",
+                bytes=plan.runtime_reserve_bytes,
+                note=f"(max_prefill_token_num {plan.max_prefill_token_num} + 2*batch) * vocab * 2",
+            )
+        )
+    kv_note = f"{plan.kv_bytes_per_token} B/token ({plan.target.kv_bytes_per_token} target"
+    kv_note += f" + {plan.draft.kv_bytes_per_token} draft)" if plan.draft else ")"
+    rows.append(
+        PlanRow(item=f"KV cache ({plan.kv_cache_tokens} tokens)", bytes=plan.kv_cache_bytes, note=kv_note)
+    )
+    rows.append(
+        PlanRow(item="activations (peak)", bytes=plan.activation_bytes, note="estimate, see docs/plan.md")
+    )
+    if plan.cuda_graph_bytes:
+        rows.append(PlanRow(item="CUDA graphs", bytes=plan.cuda_graph_bytes, note="margin"))
+    rows.append(PlanRow(item="safety margin", bytes=safety, note=f"{SAFETY_FRACTION:.0%} of GPU memory"))
+    rows.append(PlanRow(item="predicted peak", bytes=plan.peak_bytes, note="NVML view"))
+    plan.rows = rows
+
+    want = f"session_len {plan.session_len}" if plan.session_len else "a session"
+    if plan.fits:
+        plan.verdict = (
+            f"fits: {want} at batch {plan.batch}; longest session_len at this batch {plan.max_session_len}"
+        )
+        if plan.engine == "lmdeploy" and plan.cache_max_entry_count is not None:
+            plan.verdict += f"; cache_max_entry_count {plan.cache_max_entry_count}"
+            plan.verdict += f", max_prefill_token_num {plan.max_prefill_token_num}"
+        return
+    if plan.free_after_weights_bytes <= 0:
+        plan.verdict = (
+            f"will not fit: weights alone need {gib(plan.weights_bytes + plan.cuda_context_bytes)} "
+            f"of {gib(plan.gpu_memory_bytes)}"
+        )
+        plan.advice.append("use a GPU with more memory, a smaller quantization, or drop the drafter")
+        return
+    plan.verdict = f"will not fit: {want} at batch {plan.batch}"
+    if plan.max_session_len >= 64:
+        plan.advice.append(
+            f"--session-len {plan.max_session_len} (the longest that fits at batch {plan.batch})"
+        )
+    if plan.max_batch_at_session_len:
+        plan.advice.append(f"--batch {plan.max_batch_at_session_len} (the largest that fits {want})")
+    if plan.engine == "lmdeploy" and plan.kv_dtype not in ("int8", "int4"):
+        plan.advice.append(
+            "int8 KV cache (plan.kv_dtype = 'int8', LMDeploy --quant-policy 8) halves KV bytes"
+        )
+    if plan.engine == "lmdeploy" and plan.max_prefill_token_num and plan.max_prefill_token_num > 1024:
+        plan.advice.append("a smaller LMDeploy --max-prefill-token-num shrinks the runtime reserve")
+    if plan.draft is not None:
+        plan.advice.append("serve without the drafter (frees its weights and KV)")
+
+
+def fits(cfg: SpecqConfig, *, gpu_memory_bytes: int | None = None) -> str | None:
+    """Serve preflight: None when `cfg`'s model (and draft) fit the GPU, else a one-line reason with the fix.
+    Also None when no GPU size is known (the GPU preflight reports that) or no model path is set."""
+    if not cfg.model.model_path:
+        return None
+    target = Checkpoint(cfg.model.model_path)
+    draft = Checkpoint(cfg.model.draft_model_path) if cfg.model.draft_model_path else None
+    try:
+        plan = plan_memory(
+            target,
+            draft,
+            cfg,
+            gpu_memory_bytes=gpu_memory_bytes,
+            cache_max_entry_count=cfg.engine.cache_max_entry_count,
+        )
+    except EnvironmentMissing:
+        return None
+    if plan.fits:
+        return None
+    fix = f"; try {plan.advice[0]}" if plan.advice else ""
+    if plan.engine == "lmdeploy" and plan.free_after_weights_bytes > 0:
+        rec = plan_memory(target, draft, cfg, gpu_memory_bytes=gpu_memory_bytes)
+        if rec.fits:
+            fix = (
+                f"; it fits with engine.cache_max_entry_count {rec.cache_max_entry_count} and LMDeploy "
+                f"--max-prefill-token-num {rec.max_prefill_token_num}"
+            )
+    reason = plan.verdict + (
+        f" with cache_max_entry_count {cfg.engine.cache_max_entry_count}" if plan.engine == "lmdeploy" else ""
+    )
+    return f"VRAM plan: {reason}{fix} (see `specq plan`)"
+
+
+def plan_for_config(cfg: SpecqConfig, *, gpu_memory_bytes: int | None = None) -> MemoryPlan:
+    """`plan_memory` for the model and draft paths in `cfg.model`."""
+    if not cfg.model.model_path:
+        raise InputError("no model to plan: pass MODEL or set model.model_path")
+    target = Checkpoint(cfg.model.model_path)
+    draft = Checkpoint(cfg.model.draft_model_path) if cfg.model.draft_model_path else None
+    return plan_memory(target, draft, cfg, gpu_memory_bytes=gpu_memory_bytes)
+
+
+__all__ = [
+    "DTYPE_BYTES",
+    "MemoryPlan",
+    "ModelMemory",
+    "fits",
+    "parse_memory",
+    "plan_for_config",
+    "plan_memory",
+]

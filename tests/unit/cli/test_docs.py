@@ -1,0 +1,30 @@
+"""docs/cli.md is generated from the app: this fails when a command changes and `make docs` was not run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specq.cli._docs import render_cli_markdown
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "cli.md"
+
+
+def test_cli_reference_is_current() -> None:
+    assert DOC.read_text(encoding="utf-8") == render_cli_markdown(), "docs/cli.md is stale: run `make docs`"
+
+
+def test_reference_covers_every_command() -> None:
+    text = render_cli_markdown()
+    for name in (
+        "quantize",
+        "convert",
+        "serve",
+        "bench",
+        "plan",
+        "report",
+        "doctor",
+        "config",
+        "toy",
+        "draft",
+    ):
+        assert f"`specq {name}" in text
