@@ -14,7 +14,11 @@ QWEN3 = {
     "architectures": ["Qwen3ForCausalLM"],
     "model_type": "qwen3",
     "hidden_size": 256,
+    "intermediate_size": 512,
     "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
     "vocab_size": 1024,
     "torch_dtype": "bfloat16",
 }

@@ -28,7 +28,7 @@ def head(model: Path, backend: str) -> list[str]:
             "--server-name", "127.0.0.1", "--server-port", str(PORT), "--model-name", "m"]  # fmt: skip
 
 
-TAIL = ["--cache-max-entry-count", "0.8", "--max-batch-size", "1"]
+TAIL = ["--cache-max-entry-count", "0.8", "--max-prefill-token-num", "8192", "--max-batch-size", "1"]
 
 
 def test_plain_defaults_to_turbomind(tmp_path: Path, ckpts: dict[str, Path]) -> None:
@@ -49,13 +49,15 @@ def test_plain_pytorch_with_engine_options(tmp_path: Path, ckpts: dict[str, Path
         tmp_path,
         ckpts["target"],
         {"backend": "pytorch", "session_len": 8192, "cache_max_entry_count": 0.6, "max_batch_size": 4,
-         "tp": 2, "enable_prefix_caching": True, "dtype": "float16", "eager_mode": True, "host": "0.0.0.0"},
+         "tp": 2, "enable_prefix_caching": True, "dtype": "float16", "eager_mode": True, "host": "0.0.0.0",
+         "max_prefill_token_num": 1024},
     )  # fmt: skip
     expected = head(ckpts["target"], "pytorch")
     expected[expected.index("127.0.0.1")] = "0.0.0.0"
     assert e.command() == expected + [
         "--dtype", "float16", "--session-len", "8192", "--cache-max-entry-count", "0.6",
-        "--max-batch-size", "4", "--tp", "2", "--enable-prefix-caching", "--eager-mode",
+        "--max-prefill-token-num", "1024", "--max-batch-size", "4", "--tp", "2", "--enable-prefix-caching",
+        "--eager-mode",
     ]  # fmt: skip
     assert e.base_url == f"http://127.0.0.1:{PORT}"
 
@@ -132,6 +134,24 @@ def test_api_keys_from_file(tmp_path: Path, ckpts: dict[str, Path]) -> None:
     keys.write_text("k1\n\nk2\n")
     e = engine_for(tmp_path, ckpts["target"], {"api_keys_file": str(keys)})
     assert e.argv(masked=False)[-3:] == ["--api-keys", "k1", "k2"]
+
+
+def test_reference_preset_command(tmp_path: Path, ckpts: dict[str, Path]) -> None:
+    """The packaged RTX 3090 preset, with the paths replaced: what `specq plan` sized is what is launched."""
+    from specq.pipeline.config import resolve_config
+
+    cfg = resolve_config(
+        "rtx3090-qwen3.5-27b-awq-dflash",
+        flags={"model": {"model_path": str(ckpts["awq"]), "draft_model_path": str(ckpts["dflash"])},
+               "engine": {"port": PORT}},
+    )  # fmt: skip
+    cmd = create_engine(cfg, tmp_path).command()
+    flags = " ".join(cmd[cmd.index("--backend") :])
+    assert flags.startswith("--backend pytorch")
+    for part in ("--dtype float16", "--session-len 8192", "--cache-max-entry-count 0.54",
+                 "--max-prefill-token-num 1024", "--speculative-algorithm dflash",
+                 "--speculative-num-draft-tokens 5"):  # fmt: skip
+        assert part in flags
 
 
 def test_free_port_when_none_given(tmp_path: Path, ckpts: dict[str, Path]) -> None:

@@ -3,12 +3,16 @@ or without lmdeploy, TurboMind, FlashAttention-3)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from specq.pipeline import hardware
 from specq.pipeline.errors import EnvironmentMissing
 from specq.pipeline.hardware import GpuInfo
 from specq.pipeline.serve import preflight
+
+from .conftest import write_ckpt
 
 H200 = GpuInfo(index=0, name="NVIDIA H200", memory_total_bytes=141 * 2**30, compute_capability="9.0")
 P100 = GpuInfo(index=0, name="Tesla P100", memory_total_bytes=16 * 2**30, compute_capability="6.0")
@@ -77,10 +81,20 @@ def test_fa3_missing_for_speculation(machine) -> None:
     preflight.require_lmdeploy("pytorch", False)  # plain decoding does not need it
 
 
-def test_vram_hook_reports_planner_problem(machine, monkeypatch: pytest.MonkeyPatch) -> None:
-    import specq.pipeline.plan as plan
+def test_vram_plan_that_does_not_fit(machine, ckpts) -> None:
+    """The planner's verdict for a model bigger than the (simulated) GPU stops the launch with exit 4."""
+    from specq.pipeline.config.models import SpecqConfig
 
-    problem = "will not fit: needs 30 GiB, the GPU has 24 GiB"
-    monkeypatch.setattr(plan, "serve_fit_problem", lambda cfg: problem, raising=False)
-    with pytest.raises(EnvironmentMissing, match="will not fit"):
-        preflight.require_lmdeploy("pytorch", False, cfg=object())
+    machine["gpus"] = [
+        GpuInfo(index=0, name="tiny GPU", memory_total_bytes=64 * 2**20, compute_capability="9.0")
+    ]
+    big = write_ckpt(
+        ckpts["target"].parent / "big",
+        json.loads((ckpts["target"] / "config.json").read_text()),
+        tensors={"model.embed_tokens.weight": ("BF16", [65536, 1024])},
+    )
+    cfg = SpecqConfig.model_validate({"model": {"model_path": str(big)}, "plan": {"gpu_memory": "64MiB"}})
+    problem = preflight.vram_problem(cfg)
+    assert problem is not None and problem.startswith("VRAM plan:")
+    with pytest.raises(EnvironmentMissing, match="VRAM plan"):
+        preflight.require_lmdeploy("pytorch", False, cfg=cfg)
