@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -127,6 +128,19 @@ def test_bad_requests(server) -> None:
     assert r.status_code == 400
     r = httpx.post(f"{server.base_url}/v1/completions", json={"model": "other", "prompt": "x"}, timeout=10)
     assert r.status_code == 404
+
+
+def test_full_queue_answers_429(server) -> None:
+    """One request runs, `max_queue` (2) wait, the rest are turned away with 429, not queued forever."""
+    body = {"prompt": "class A:", "max_tokens": 8, "ignore_eos": True}
+
+    def post(_: int) -> int:
+        return httpx.post(f"{server.base_url}/v1/completions", json=body, timeout=300).status_code
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        codes = list(pool.map(post, range(4)))
+    assert codes.count(200) >= 3 and 429 in codes
+    assert set(codes) <= {200, 429}
 
 
 def test_stop_leaves_no_process(server) -> None:
