@@ -175,6 +175,9 @@ class ManagedProcess:
                     self.popen.wait(timeout=10)
             # The leader is gone; make sure no grandchild of its group survives it.
             self._kill_group(signal.SIGKILL)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and group_alive(self.popen.pid):
+                time.sleep(0.05)
         finally:
             _LIVE.discard(self)
         return self.popen.returncode

@@ -38,7 +38,7 @@ def write_ckpt(
         header: dict[str, Any] = {}
         offset = 0
         for name, (dtype, shape) in tensors.items():
-            n = 2
+            n = {"I32": 4, "F32": 4}.get(dtype, 2)
             for d in shape:
                 n *= d
             header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
@@ -49,6 +49,21 @@ def write_ckpt(
 
 
 VOCAB = {f"t{i}": i for i in range(16)}
+
+
+def quantized_tensors(method: str) -> dict[str, tuple[str, list[int]]]:
+    """Headers of one 4-bit, group-128 linear layer (256 → 256) in the GPTQ or AWQ layout."""
+    p = "model.layers.0.self_attn.q_proj."
+    if method == "gptq":
+        layer = {p + "qweight": ("I32", [32, 256]), p + "qzeros": ("I32", [2, 32]),
+                 p + "scales": ("F16", [2, 256]), p + "g_idx": ("I32", [256])}  # fmt: skip
+    else:
+        layer = {
+            p + "qweight": ("I32", [256, 32]),
+            p + "qzeros": ("I32", [2, 32]),
+            p + "scales": ("F16", [2, 256]),
+        }
+    return {"model.embed_tokens.weight": ("F16", [1024, 256]), **layer}
 
 
 @pytest.fixture
@@ -64,9 +79,13 @@ def ckpts(tmp_path: Path) -> dict[str, Path]:
     return {
         "target": write_ckpt(tmp_path / "target", QWEN3, VOCAB),
         "awq": write_ckpt(
-            tmp_path / "awq", {**QWEN3, "quantization_config": awq_q, "torch_dtype": "float16"}
+            tmp_path / "awq",
+            {**QWEN3, "quantization_config": awq_q, "torch_dtype": "float16"},
+            tensors=quantized_tensors("awq"),
         ),
-        "gptq": write_ckpt(tmp_path / "gptq", {**QWEN3, "quantization_config": gptq_q}),
+        "gptq": write_ckpt(
+            tmp_path / "gptq", {**QWEN3, "quantization_config": gptq_q}, tensors=quantized_tensors("gptq")
+        ),
         "dflash": write_ckpt(tmp_path / "dflash", dflash, tensors={"fc.weight": ("BF16", [256, 256])}),
         "eagle3": write_ckpt(
             tmp_path / "eagle3",
