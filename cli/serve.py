@@ -1,26 +1,193 @@
-"""`specq serve`."""
+"""`specq serve MODEL [...]`, `specq serve status`, `specq serve stop`.
+
+A click group cannot normally take both a positional MODEL and subcommands; `DefaultStartGroup` routes any
+first token that is not a subcommand (a model path, or an option such as --config) to the hidden `start`
+command, so `specq serve ./model --draft-tokens 4` and `specq serve status` both work."""
 
 from __future__ import annotations
 
-import typer
+from pathlib import Path
+from typing import Annotated, Any
 
-from ._stub import stub
+import typer
+from rich.markup import escape
+from typer.core import TyperCommand, TyperGroup
+
+from specq.pipeline.config.models import Method
+from specq.pipeline.serve import run
+
+from ._common import ConfigOpt, JsonOpt, emit_json, info, out, resolve
+from ._common import progress as _progress
+
+
+def progress(message: str) -> None:
+    """Pipeline messages carry paths and pip extras like specq[lmdeploy]: never read them as markup."""
+    _progress(escape(message))
+
+
+class DefaultStartGroup(TyperGroup):
+    """A group whose first argument, when it is not a subcommand, goes to the `start` command (so
+    `specq serve --help` shows the options of `specq serve MODEL`, which lists the subcommands too)."""
+
+    default_command = "start"
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands:
+            args = [self.default_command, *args]
+        return list(super().parse_args(ctx, args))
+
+
+class StartCommand(TyperCommand):
+    """`start` is invisible to users: its usage line reads `specq serve MODEL [OPTIONS]`."""
+
+    def get_usage(self, ctx: Any) -> str:
+        return "Usage: specq serve [MODEL] [OPTIONS]  |  specq serve status  |  specq serve stop [--port P]"
+
 
 serve_app = typer.Typer(
-    help="Serve a model (LMDeploy or the embedded engine), optionally with speculative decoding.",
+    cls=DefaultStartGroup,
     no_args_is_help=True,
+    help="Serve a model with LMDeploy or the embedded engine, optionally with speculative decoding.\n\n"
+    "Example: specq serve ./toy/target --draft-model ./toy/draft --draft-tokens 4 --engine embedded",
 )
+
+EngineName = Annotated[str | None, typer.Option("--engine", help="lmdeploy | embedded (default: auto).")]
+
+
+@serve_app.command("start", hidden=True, cls=StartCommand)
+def start(
+    model: Annotated[str | None, typer.Argument(help="Target model directory (or model.model_path).")] = None,
+    draft_model: Annotated[str | None, typer.Option("--draft-model", help="Drafter directory.")] = None,
+    method: Annotated[
+        Method | None,
+        typer.Option(
+            "--method",
+            help="dflash | eagle3 | eagle | qwen3_5_mtp | deepseek_mtp | draft (default: detected).",
+        ),
+    ] = None,
+    draft_tokens: Annotated[
+        int | None,
+        typer.Option("--draft-tokens", "-k", help="Draft tokens per step, 1..15; 0 = no speculation."),
+    ] = None,
+    engine: EngineName = None,
+    backend: Annotated[
+        str | None, typer.Option("--backend", help="LMDeploy backend: turbomind | pytorch.")
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option("--host", help="Address to listen on (default 127.0.0.1).")
+    ] = None,
+    port: Annotated[int | None, typer.Option("--port", help="Port (default: a free one).")] = None,
+    device: Annotated[
+        str | None, typer.Option("--device", help="Embedded engine: auto | cpu | cuda.")
+    ] = None,
+    dtype: Annotated[str | None, typer.Option("--dtype", help="auto | float16 | bfloat16 | float32.")] = None,
+    model_name: Annotated[
+        str | None, typer.Option("--model-name", help="Name announced at /v1/models.")
+    ] = None,
+    session_len: Annotated[int | None, typer.Option("--session-len", help="LMDeploy session length.")] = None,
+    cache_max_entry_count: Annotated[
+        float | None, typer.Option("--cache-max-entry-count", help="LMDeploy KV-cache share of free memory.")
+    ] = None,
+    max_batch_size: Annotated[int | None, typer.Option("--max-batch-size")] = None,
+    enable_prefix_caching: Annotated[
+        bool | None,
+        typer.Option("--enable-prefix-caching/--no-prefix-caching", help="LMDeploy prefix cache."),
+    ] = None,
+    api_keys_env: Annotated[
+        str | None, typer.Option("--api-keys-env", help="Environment variable holding the API key(s).")
+    ] = None,
+    api_keys_file: Annotated[
+        str | None, typer.Option("--api-keys-file", help="File with one API key a line.")
+    ] = None,
+    run_dir: Annotated[
+        Path | None,
+        typer.Option("--run-dir", help="Where the server log goes (default specq-out/serve/...)."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the exact command and config; exit.")
+    ] = False,
+    detach: Annotated[
+        bool, typer.Option("--detach", help="Leave the server running; see serve status|stop.")
+    ] = False,
+    config: ConfigOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Serve MODEL with LMDeploy or the embedded engine, optionally with speculative decoding, until
+    Ctrl-C (or leave it running with --detach; then `specq serve status` and `specq serve stop`).
+
+    Example: specq serve ./qwen3.5-27b-awq --draft-model ./dflash-fp16 --draft-tokens 5 --backend pytorch
+    """
+    cfg = resolve(
+        config,
+        model={"model_path": model, "draft_model_path": draft_model, "num_draft_tokens": draft_tokens,
+               "model_name": model_name},
+        engine={"engine": engine, "backend": backend, "host": host, "port": port, "device": device,
+                "dtype": dtype, "session_len": session_len, "cache_max_entry_count": cache_max_entry_count,
+                "max_batch_size": max_batch_size, "enable_prefix_caching": enable_prefix_caching,
+                "api_keys_env": api_keys_env, "api_keys_file": api_keys_file},
+        speculative={"method": method},
+    )  # fmt: skip
+    if dry_run:
+        result = run.dry_run(cfg, run_dir, progress)
+        if json_:
+            emit_json(result.model_dump(mode="json"))
+        else:
+            out.print(result.command_line, highlight=False, markup=False, soft_wrap=True)
+            from specq.pipeline.config import config_to_toml
+
+            info(escape(config_to_toml(cfg, run.STAGES["serve"]).rstrip()))
+        return
+    if detach:
+        result = run.serve_detached(cfg, run_dir, progress)
+        _announce(result, json_, detached=True)
+        return
+    run.serve_foreground(cfg, run_dir, progress, on_ready=lambda r: _announce(r, json_, detached=False))
+
+
+def _announce(result: run.ServeInfo, json_: bool, *, detached: bool) -> None:
+    if json_:
+        emit_json(result.model_dump(mode="json"))
+        return
+    spec = f", {result.method} K={result.draft_tokens}" if result.method else ""
+    out.print(f"{result.url}/v1 {result.model_name}", highlight=False, markup=False)
+    info(f"serving {result.model_name} with {result.engine}{spec} (pid {result.pid}; log {result.log})")
+    info("stop it with: specq serve stop" if detached else "press Ctrl-C to stop")
+
+
+@serve_app.command("status")
+def status(json_: JsonOpt = False) -> None:
+    """List detached servers and whether they still run.
+
+    Example: specq serve status --json
+    """
+    servers = run.status()
+    if json_:
+        emit_json([s.model_dump(mode="json") for s in servers])
+        return
+    if not servers:
+        info("no detached specq servers")
+    for s in servers:
+        state = "running" if s.running else "gone"
+        out.print(
+            f"{s.info.url}\t{s.info.model_name}\t{s.info.engine}\tpid {s.info.pid}\t{state}", highlight=False
+        )
+
+
+@serve_app.command("stop")
+def stop(
+    port: Annotated[int | None, typer.Option("--port", help="Only the server on this port.")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Stop detached servers (SIGTERM, then SIGKILL after a grace period).
+
+    Example: specq serve stop --port 23333
+    """
+    stopped = run.stop(port, progress)
+    if json_:
+        emit_json([s.model_dump(mode="json") for s in stopped])
+    elif not stopped:
+        info("no running detached specq server")
 
 
 def register(app: typer.Typer) -> None:
-    stub(
-        serve_app,
-        "status",
-        "Serve a model (LMDeploy or the embedded engine), optionally with speculative decoding.",
-    )
-    stub(
-        serve_app,
-        "stop",
-        "Serve a model (LMDeploy or the embedded engine), optionally with speculative decoding.",
-    )
     app.add_typer(serve_app, name="serve")

@@ -43,6 +43,9 @@ class EngineSection(Section):
     cache_max_entry_count: float = Field(0.8, gt=0, le=1)
     enable_prefix_caching: bool = False
     session_len: int | None = Field(None, ge=64)
+    max_prefill_token_num: int | None = Field(
+        None, ge=64, description="LMDeploy --max-prefill-token-num; default: plan.max_prefill_token_num"
+    )
     tp: int = Field(1, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"

@@ -18,13 +18,7 @@ def create_engine(cfg: SpecqConfig, run_dir: Path, progress: Progress = null_pro
     the embedded engine, with a notice through `progress`). Speculation is on when
     `cfg.model.num_draft_tokens > 0` and a draft or an MTP method is set; 0 is the baseline. Raises UsageError
     (exit 2) for incompatible inputs; environment problems (exit 4) surface at `start()`."""
+    from .registry import build_engine
     from .spec import resolve_spec
 
-    spec = resolve_spec(cfg, progress)
-    if spec.engine == "lmdeploy":
-        from .lmdeploy import LMDeployEngine
-
-        return LMDeployEngine(spec, cfg, Path(run_dir), progress)
-    from .embedded import EmbeddedEngine
-
-    return EmbeddedEngine(spec, cfg, Path(run_dir), progress)
+    return build_engine(resolve_spec(cfg, progress), cfg, Path(run_dir), progress)

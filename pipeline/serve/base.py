@@ -40,6 +40,8 @@ class ProcessEngine(Engine):
     """An Engine whose server is one supervised child process."""
 
     log_name = "server.log"
+    #: stop the server when this process dies, even by SIGKILL (foreground `specq serve`; Linux)
+    die_with_parent = False
 
     def __init__(
         self, spec: ServeSpec, cfg: SpecqConfig, run_dir: Path, progress: Progress = null_progress
@@ -102,7 +104,7 @@ class ProcessEngine(Engine):
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._proc = ManagedProcess(
             self.argv(masked=False), self.log_path, env=self.child_env(), name=f"{self.name} server",
-            progress=self.progress,
+            progress=self.progress, die_with_parent=self.die_with_parent,
         )  # fmt: skip
         self._proc.start()
 

@@ -34,6 +34,9 @@ class LMDeployEngine(ProcessEngine):
         if eng.session_len is not None:
             argv += ["--session-len", str(eng.session_len)]
         argv += ["--cache-max-entry-count", f"{eng.cache_max_entry_count:g}"]
+        # The value `specq plan` sized the memory for (LMDeploy's own default is 8192 as well).
+        prefill = eng.max_prefill_token_num or self.cfg.plan.max_prefill_token_num
+        argv += ["--max-prefill-token-num", str(prefill)]
         argv += ["--max-batch-size", str(eng.max_batch_size)]
         if eng.tp != 1:
             argv += ["--tp", str(eng.tp)]

@@ -4,18 +4,13 @@ The probes are `specq.pipeline.hardware`'s (NVML, imports), so tests can simulat
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from .. import hardware
-from ..errors import EnvironmentMissing
+from ..config.models import SpecqConfig
+from ..errors import EnvironmentMissing, InputError
 
 # LMDeploy 0.18 builds TurboMind for sm_70 and newer; the PyTorch engine's Triton kernels need sm_75+.
 MIN_COMPUTE_CAPABILITY = {"turbomind": (7, 0), "pytorch": (7, 5)}
 TURBOMIND_MODULE = "lmdeploy.lib._turbomind"
-
-# Hook for the VRAM planner (`specq plan`): a function (cfg) -> problem or None. Filled lazily from
-# `specq.pipeline.plan` when that module provides `serve_fit_problem`; None until it does.
-VramCheck = Callable[[object], "str | None"]
 
 
 def _cc(value: str | None) -> tuple[int, int] | None:
@@ -79,20 +74,25 @@ def lmdeploy_problems(backend: str, speculative: bool) -> list[str]:
     return problems
 
 
-def vram_problem(cfg: object) -> str | None:
-    """What the VRAM planner says about fitting this serve config on the GPU, or None (fits, or no planner
-    yet). Uses `specq.pipeline.plan.serve_fit_problem(cfg)` when the plan stage provides it."""
+def vram_problem(cfg: SpecqConfig) -> str | None:
+    """What the VRAM planner (`specq plan`) says about fitting this serve config on the GPU, or None (fits,
+    or no GPU size known). The planner models LMDeploy's --max-prefill-token-num: give it the value the
+    server will be launched with."""
     try:
-        from .. import plan
-    except ImportError:
+        from ..plan import fits
+    except ImportError:  # a build without the plan stage
         return None
-    check: VramCheck | None = getattr(plan, "serve_fit_problem", None)
-    if check is None:
+    prefill = cfg.engine.max_prefill_token_num
+    if prefill is not None:
+        cfg = cfg.model_copy(deep=True)
+        cfg.plan.max_prefill_token_num = prefill
+    try:
+        return fits(cfg)
+    except InputError:  # a config the planner cannot read: LMDeploy reports what it cannot load
         return None
-    return check(cfg)
 
 
-def require_lmdeploy(backend: str, speculative: bool, cfg: object | None = None) -> None:
+def require_lmdeploy(backend: str, speculative: bool, cfg: SpecqConfig | None = None) -> None:
     """Raise the first preflight problem as EnvironmentMissing (exit 4)."""
     problems = lmdeploy_problems(backend, speculative)
     if not problems and cfg is not None:

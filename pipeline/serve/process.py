@@ -55,6 +55,18 @@ def check_port_free(host: str, port: int) -> None:
             raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
+def _parent_death_signal() -> None:
+    """In the child, before exec (Linux): get SIGTERM when specq dies, even by SIGKILL, so that even a
+    killed foreground `specq serve` leaves no server behind."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the atexit hook still covers normal exits
+        pass
+
+
 def tail(path: Path, lines: int = 20) -> str:
     try:
         data = path.read_bytes()[-16384:].decode("utf-8", "replace")
@@ -82,12 +94,14 @@ class ManagedProcess:
         env: Mapping[str, str] | None = None,
         name: str = "server",
         progress: Progress = null_progress,
+        die_with_parent: bool = False,
     ) -> None:
         self.argv = list(argv)
         self.log_path = Path(log_path)
         self.env = dict(env) if env is not None else None
         self.name = name
         self.progress = progress
+        self.die_with_parent = die_with_parent
         self.popen: subprocess.Popen[bytes] | None = None
 
     @property
@@ -106,6 +120,7 @@ class ManagedProcess:
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 start_new_session=True,  # own process group: Ctrl-C in the terminal reaches only specq
+                preexec_fn=_parent_death_signal if self.die_with_parent else None,
             )
         _LIVE.add(self)
 
@@ -160,6 +175,9 @@ class ManagedProcess:
                     self.popen.wait(timeout=10)
             # The leader is gone; make sure no grandchild of its group survives it.
             self._kill_group(signal.SIGKILL)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and group_alive(self.popen.pid):
+                time.sleep(0.05)
         finally:
             _LIVE.discard(self)
         return self.popen.returncode
@@ -184,7 +202,28 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def _proc_stats() -> list[list[str]] | None:
+    """(pid, state, ppid, pgrp, ...) of every process, from /proc (Linux); None elsewhere."""
+    root = Path("/proc")
+    if not (root / "self" / "stat").exists():
+        return None
+    out: list[list[str]] = []
+    for entry in root.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text(encoding="ascii", errors="replace")
+        except OSError:
+            continue
+        out.append([entry.name, *raw.rsplit(")", 1)[1].split()])
+    return out
+
+
 def group_alive(pgid: int) -> bool:
+    """Whether any process of group `pgid` still runs (zombies waiting to be reaped do not count)."""
+    stats = _proc_stats()
+    if stats is not None:
+        return any(st[3] == str(pgid) and st[1] != "Z" for st in stats)
     try:
         os.killpg(pgid, 0)
         return True
@@ -199,7 +238,7 @@ def stop_group(pid: int, grace_s: float = 10.0) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and pid_alive(pid):
+    while time.monotonic() < deadline and (pid_alive(pid) or group_alive(pid)):
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)

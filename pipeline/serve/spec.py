@@ -209,4 +209,4 @@ def write_fp16_copy(spec: ServeSpec, progress: Progress = null_progress) -> None
         ) from None
     progress(f"writing an fp16 copy of {spec.draft.path} to {spec.draft_fp16}")
     spec.draft_fp16.parent.mkdir(parents=True, exist_ok=True)
-    cast_drafter(spec.draft.path, spec.draft_fp16, dtype="float16")
+    cast_drafter(spec.draft.path, spec.draft_fp16, dtype="float16", progress=progress)

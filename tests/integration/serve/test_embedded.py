@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -129,21 +130,25 @@ def test_bad_requests(server) -> None:
     assert r.status_code == 404
 
 
-def test_stop_leaves_no_process(serve_pair: tuple[Path, Path], tmp_path: Path) -> None:
-    """A second, plain (K = 0) server: baseline counters stay at 0, and stop() leaves nothing behind."""
-    target, _ = serve_pair
-    cfg = SpecqConfig.model_validate(
-        {"model": {"model_path": str(target)}, "engine": {"engine": "embedded", "device": "cpu"}}
-    )
-    engine = create_engine(cfg, tmp_path)
-    with engine:
-        pid = engine.pid
-        assert pid is not None and os.getpgid(pid) == pid  # its own process group
-        r = httpx.post(f"{engine.base_url}/v1/completions", json={"prompt": "x", "max_tokens": 3}, timeout=60)
-        assert r.status_code == 200
-        m = scrape(engine.metrics_url)
-        assert total(m, "lmdeploy:spec_decode_num_drafts_total") == 0
-        assert total(m, "lmdeploy:generation_tokens_total") == r.json()["usage"]["completion_tokens"]
+def test_full_queue_answers_429(server) -> None:
+    """One request runs, `max_queue` (2) wait, the rest are turned away with 429, not queued forever."""
+    body = {"prompt": "class A:", "max_tokens": 8, "ignore_eos": True}
+
+    def post(_: int) -> int:
+        return httpx.post(f"{server.base_url}/v1/completions", json=body, timeout=300).status_code
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        codes = list(pool.map(post, range(4)))
+    assert codes.count(200) >= 3 and 429 in codes
+    assert set(codes) <= {200, 429}
+
+
+def test_stop_leaves_no_process(server) -> None:
+    """Runs last in this module: stopping the server leaves neither it nor its process group behind."""
+    pid = server.pid
+    assert pid is not None and os.getpgid(pid) == pid  # its own process group
+    server.stop()
     assert not pid_alive(pid)
     assert not group_alive(pid)
-    assert engine.log_path.is_file()
+    assert server.log_path.is_file()
+    server.stop()  # idempotent

@@ -1,0 +1,217 @@
+"""What `specq serve` does, as pipeline functions: a dry run (the exact command and the resolved config), a
+foreground server that runs until Ctrl-C or SIGTERM, a detached server recorded in a state file, and
+`status`/`stop` for detached servers. The CLI only parses options and prints what these return."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from pydantic import BaseModel
+
+from ..config.models import STAGES, SpecqConfig  # noqa: F401  (STAGES: the CLI shows the serve sections)
+from ..errors import InputError, ProcessFailed
+from ..fsutil import atomic_write_text
+from ..progress import Progress, null_progress
+from .base import ProcessEngine
+from .process import group_alive, pid_alive, stop_group, tail
+
+SCHEMA_VERSION = 1
+
+
+class ServeInfo(BaseModel):
+    """What is (or would be) served, and how to reach it."""
+
+    schema_version: int = SCHEMA_VERSION
+    engine: str
+    backend: str | None
+    model_name: str
+    model_path: str
+    draft_model_path: str | None
+    method: str | None
+    draft_tokens: int
+    url: str
+    metrics_url: str
+    command: list[str]  # API keys masked
+    log: str
+    pid: int | None = None
+    started: str | None = None
+    config: dict[str, Any] = {}
+
+    @property
+    def command_line(self) -> str:
+        return shlex.join(self.command)
+
+
+def state_dir() -> Path:
+    """Where detached servers are recorded: $SPECQ_STATE_DIR, else $SPECQ_CACHE/serve (~/.cache/specq)."""
+    if os.environ.get("SPECQ_STATE_DIR"):
+        return Path(os.environ["SPECQ_STATE_DIR"])
+    cache = os.environ.get("SPECQ_CACHE") or str(Path.home() / ".cache" / "specq")
+    return Path(cache) / "serve"
+
+
+def default_run_dir(port: int) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("specq-out") / "serve" / f"{stamp}-{port}"
+
+
+def _engine(cfg: SpecqConfig, run_dir: Path | None, progress: Progress) -> ProcessEngine:
+    from .registry import build_engine
+    from .spec import resolve_spec
+
+    spec = resolve_spec(cfg, progress)
+    return build_engine(spec, cfg, run_dir if run_dir is not None else default_run_dir(spec.port), progress)
+
+
+def info_of(engine: ProcessEngine, cfg: SpecqConfig) -> ServeInfo:
+    spec = engine.spec
+    sections = STAGES["serve"]
+    return ServeInfo(
+        engine=engine.name,
+        backend=spec.backend,
+        model_name=engine.model_name,
+        model_path=str(spec.target.path),
+        draft_model_path=str(spec.draft_path) if spec.draft_path is not None else None,
+        method=spec.method,
+        draft_tokens=spec.draft_tokens,
+        url=engine.base_url,
+        metrics_url=engine.metrics_url,
+        command=engine.command(),
+        log=str(engine.log_path),
+        pid=engine.pid,
+        config=cfg.model_dump(include=set(sections), mode="json"),
+    )
+
+
+def dry_run(cfg: SpecqConfig, run_dir: Path | None = None, progress: Progress = null_progress) -> ServeInfo:
+    """Resolve and check everything a launch would, without launching; preflight problems become notices."""
+    engine = _engine(cfg, run_dir, progress)
+    if engine.name == "lmdeploy":
+        from .preflight import lmdeploy_problems
+
+        for problem in lmdeploy_problems(engine.spec.backend or "turbomind", engine.spec.speculative):
+            progress(f"preflight (a launch here would stop): {problem}")
+    return info_of(engine, cfg)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM to specq like Ctrl-C, so the server is stopped in `finally` either way."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: nothing to install
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def serve_foreground(
+    cfg: SpecqConfig,
+    run_dir: Path | None = None,
+    progress: Progress = null_progress,
+    on_ready: Callable[[ServeInfo], None] | None = None,
+) -> ServeInfo:
+    """Start the server, report it ready, and serve until Ctrl-C/SIGTERM (then stop it and return). A server
+    that dies on its own raises ProcessFailed (exit 5) with its log's tail."""
+    engine = _engine(cfg, run_dir, progress)
+    engine.die_with_parent = True
+    with _sigterm_as_interrupt():
+        try:
+            engine.start()
+            engine.wait_ready()
+            info = info_of(engine, cfg)
+            info.started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            if on_ready is not None:
+                on_ready(info)
+            while True:
+                code = engine.poll()
+                if code is not None:
+                    log = tail(engine.log_path, 20)
+                    if log:
+                        progress(f"last lines of {engine.log_path}:\n{log}")
+                    raise ProcessFailed(
+                        f"{engine.name} server exited with code {code} (log: {engine.log_path})"
+                    )
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            progress("stopping the server")
+            return info_of(engine, cfg)
+        finally:
+            engine.stop()
+
+
+def serve_detached(
+    cfg: SpecqConfig, run_dir: Path | None = None, progress: Progress = null_progress
+) -> ServeInfo:
+    """Start the server, wait until it answers, record it in the state directory and leave it running."""
+    engine = _engine(cfg, run_dir, progress)
+    with _sigterm_as_interrupt():
+        try:
+            engine.start()
+            engine.wait_ready()
+        except BaseException:
+            engine.stop()
+            raise
+    info = info_of(engine, cfg)
+    info.started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    path = state_dir() / f"{engine.spec.port}.json"
+    atomic_write_text(path, info.model_dump_json(indent=2))
+    engine.detach()
+    return info
+
+
+class ServerStatus(BaseModel):
+    info: ServeInfo
+    state_file: str
+    running: bool
+
+
+def _states() -> list[tuple[Path, ServeInfo]]:
+    d = state_dir()
+    out: list[tuple[Path, ServeInfo]] = []
+    for path in sorted(d.glob("*.json")) if d.is_dir() else []:
+        try:
+            out.append((path, ServeInfo.model_validate(json.loads(path.read_text(encoding="utf-8")))))
+        except (OSError, ValueError):
+            continue  # a damaged state file is not a server
+    return out
+
+
+def status() -> list[ServerStatus]:
+    """Every detached server specq recorded, and whether it still runs."""
+    return [
+        ServerStatus(info=info, state_file=str(path), running=info.pid is not None and pid_alive(info.pid))
+        for path, info in _states()
+    ]
+
+
+def stop(port: int | None = None, progress: Progress = null_progress) -> list[ServeInfo]:
+    """Stop detached servers (all, or the one on `port`): SIGTERM to the group, wait, SIGKILL."""
+    states = [(p, i) for p, i in _states() if port is None or i.url.rsplit(":", 1)[-1] == str(port)]
+    if port is not None and not states:
+        raise InputError(f"no detached specq server on port {port} (see: specq serve status)")
+    stopped: list[ServeInfo] = []
+    for path, info in states:
+        if info.pid is not None and (pid_alive(info.pid) or group_alive(info.pid)):
+            progress(f"stopping {info.engine} server {info.model_name} at {info.url} (pid {info.pid})")
+            stop_group(info.pid)
+            stopped.append(info)
+        path.unlink(missing_ok=True)
+    return stopped

@@ -1,0 +1,219 @@
+"""Golden argument lists for LMDeploy 0.18's `api_server`, one per backend and speculative method."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specq.pipeline.config.models import SpecqConfig
+from specq.pipeline.errors import UsageError
+from specq.pipeline.serve import create_engine
+
+PORT = 23333
+
+
+def engine_for(tmp_path: Path, target: Path, engine: dict[str, Any] | None = None, **kw: Any):
+    model_section = {"model_path": str(target), "model_name": "m", **kw.pop("model", {})}
+    cfg = SpecqConfig.model_validate(
+        {"model": model_section, "engine": {"engine": "lmdeploy", "port": PORT, **(engine or {})}, **kw}
+    )
+    return create_engine(cfg, tmp_path / "run")
+
+
+def head(model: Path, backend: str) -> list[str]:
+    return [sys.executable, "-m", "lmdeploy", "serve", "api_server", str(model), "--backend", backend,
+            "--server-name", "127.0.0.1", "--server-port", str(PORT), "--model-name", "m"]  # fmt: skip
+
+
+TAIL = ["--cache-max-entry-count", "0.8", "--max-prefill-token-num", "8192", "--max-batch-size", "1"]
+
+
+def test_plain_defaults_to_turbomind(tmp_path: Path, ckpts: dict[str, Path]) -> None:
+    e = engine_for(tmp_path, ckpts["target"])
+    assert e.command() == head(ckpts["target"], "turbomind") + TAIL
+
+
+@pytest.mark.parametrize("fmt", ["awq", "gptq"])
+def test_turbomind_model_format_from_quantization_config(
+    tmp_path: Path, ckpts: dict[str, Path], fmt: str
+) -> None:
+    e = engine_for(tmp_path, ckpts[fmt])
+    assert e.command() == head(ckpts[fmt], "turbomind") + ["--model-format", fmt] + TAIL
+
+
+def test_plain_pytorch_with_engine_options(tmp_path: Path, ckpts: dict[str, Path]) -> None:
+    e = engine_for(
+        tmp_path,
+        ckpts["target"],
+        {"backend": "pytorch", "session_len": 8192, "cache_max_entry_count": 0.6, "max_batch_size": 4,
+         "tp": 2, "enable_prefix_caching": True, "dtype": "float16", "eager_mode": True, "host": "0.0.0.0",
+         "max_prefill_token_num": 1024},
+    )  # fmt: skip
+    expected = head(ckpts["target"], "pytorch")
+    expected[expected.index("127.0.0.1")] = "0.0.0.0"
+    assert e.command() == expected + [
+        "--dtype", "float16", "--session-len", "8192", "--cache-max-entry-count", "0.6",
+        "--max-prefill-token-num", "1024", "--max-batch-size", "4", "--tp", "2", "--enable-prefix-caching",
+        "--eager-mode",
+    ]  # fmt: skip
+    assert e.base_url == f"http://127.0.0.1:{PORT}"
+
+
+def test_dflash_detected_from_draft_config(tmp_path: Path, ckpts: dict[str, Path]) -> None:
+    e = engine_for(
+        tmp_path,
+        ckpts["target"],
+        model={"draft_model_path": str(ckpts["dflash"]), "num_draft_tokens": 5},
+        speculative={"dflash_block_size": 8},
+    )
+    assert e.command() == head(ckpts["target"], "pytorch") + TAIL + [
+        "--speculative-algorithm", "dflash", "--speculative-draft-model", str(ckpts["dflash"]),
+        "--speculative-num-draft-tokens", "5", "--speculative-dflash-block-size", "8",
+    ]  # fmt: skip
+
+
+def test_eagle3(tmp_path: Path, ckpts: dict[str, Path]) -> None:
+    e = engine_for(
+        tmp_path, ckpts["target"], model={"draft_model_path": str(ckpts["eagle3"]), "num_draft_tokens": 3}
+    )
+    assert e.command()[-6:] == [
+        "--speculative-algorithm", "eagle3", "--speculative-draft-model", str(ckpts["eagle3"]),
+        "--speculative-num-draft-tokens", "3",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("method", ["qwen3_5_mtp", "deepseek_mtp"])
+def test_mtp_needs_no_draft(tmp_path: Path, ckpts: dict[str, Path], method: str) -> None:
+    e = engine_for(tmp_path, ckpts["target"], model={"num_draft_tokens": 2}, speculative={"method": method})
+    cmd = e.command()
+    assert cmd[-4:] == ["--speculative-algorithm", method, "--speculative-num-draft-tokens", "2"]
+    assert "--speculative-draft-model" not in cmd
+    assert cmd[cmd.index("--backend") + 1] == "pytorch"
+
+
+def test_eagle_method_given(tmp_path: Path, ckpts: dict[str, Path]) -> None:
+    eagle = ckpts["eagle3"].parent / "eagle"
+    eagle.mkdir()
+    (eagle / "config.json").write_text('{"architectures": ["EagleLlamaForCausalLM"], "hidden_size": 256}')
+    e = engine_for(
+        tmp_path, ckpts["target"], model={"draft_model_path": str(eagle), "num_draft_tokens": 4},
+        speculative={"method": "eagle"},
+    )  # fmt: skip
+    assert e.command()[-6:-4] == ["--speculative-algorithm", "eagle"]
+
+
+def test_speculation_refused_on_turbomind(tmp_path: Path, ckpts: dict[str, Path]) -> None:
+    with pytest.raises(UsageError, match="TurboMind does no speculative decoding"):
+        engine_for(
+            tmp_path, ckpts["target"], {"backend": "turbomind"},
+            model={"draft_model_path": str(ckpts["dflash"]), "num_draft_tokens": 4},
+        )  # fmt: skip
+
+
+def test_prefix_caching_refused_with_dflash(tmp_path: Path, ckpts: dict[str, Path]) -> None:
+    with pytest.raises(UsageError, match="prefix caching"):
+        engine_for(
+            tmp_path, ckpts["target"], {"enable_prefix_caching": True},
+            model={"draft_model_path": str(ckpts["dflash"]), "num_draft_tokens": 4},
+        )  # fmt: skip
+
+
+def test_api_keys_masked_in_command(tmp_path: Path, ckpts: dict[str, Path], monkeypatch) -> None:
+    monkeypatch.setenv("MY_KEYS", "sekrit1,sekrit2")
+    e = engine_for(tmp_path, ckpts["target"], {"api_keys_env": "MY_KEYS"})
+    assert e.command()[-3:] == ["--api-keys", "***", "***"]
+    assert "sekrit1" not in " ".join(e.command())
+    assert e.argv(masked=False)[-2:] == ["sekrit1", "sekrit2"]
+
+
+def test_api_keys_from_file(tmp_path: Path, ckpts: dict[str, Path]) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("k1\n\nk2\n")
+    e = engine_for(tmp_path, ckpts["target"], {"api_keys_file": str(keys)})
+    assert e.argv(masked=False)[-3:] == ["--api-keys", "k1", "k2"]
+
+
+def test_reference_preset_command(tmp_path: Path, ckpts: dict[str, Path]) -> None:
+    """The packaged RTX 3090 preset, with the paths replaced: what `specq plan` sized is what is launched."""
+    from specq.pipeline.config import resolve_config
+
+    cfg = resolve_config(
+        "rtx3090-qwen3.5-27b-awq-dflash",
+        flags={"model": {"model_path": str(ckpts["awq"]), "draft_model_path": str(ckpts["dflash"])},
+               "engine": {"port": PORT}},
+    )  # fmt: skip
+    cmd = create_engine(cfg, tmp_path).command()
+    flags = " ".join(cmd[cmd.index("--backend") :])
+    assert flags.startswith("--backend pytorch")
+    for part in ("--dtype float16", "--session-len 8192", "--cache-max-entry-count 0.54",
+                 "--max-prefill-token-num 1024", "--speculative-algorithm dflash",
+                 "--speculative-num-draft-tokens 5"):  # fmt: skip
+        assert part in flags
+
+
+def test_free_port_when_none_given(tmp_path: Path, ckpts: dict[str, Path]) -> None:
+    cfg = SpecqConfig.model_validate(
+        {"model": {"model_path": str(ckpts["target"])}, "engine": {"engine": "lmdeploy"}}
+    )
+    e = create_engine(cfg, tmp_path)
+    port = int(e.command()[e.command().index("--server-port") + 1])
+    assert 1024 <= port <= 65535
+    assert e.base_url.endswith(f":{port}")
+
+
+def test_awq_target_with_bf16_drafter_uses_fp16_copy(
+    tmp_path: Path, ckpts: dict[str, Path], monkeypatch
+) -> None:
+    monkeypatch.setenv("SPECQ_CACHE", str(tmp_path / "cache"))
+    notes: list[str] = []
+    cfg = SpecqConfig.model_validate(
+        {
+            "model": {
+                "model_path": str(ckpts["awq"]),
+                "draft_model_path": str(ckpts["dflash"]),
+                "num_draft_tokens": 4,
+            },
+            "engine": {"engine": "lmdeploy", "port": PORT},
+        }
+    )
+    e = create_engine(cfg, tmp_path / "run", notes.append)
+    draft_arg = Path(e.command()[e.command().index("--speculative-draft-model") + 1])
+    assert draft_arg != ckpts["dflash"]
+    assert draft_arg.parent == tmp_path / "cache" / "fp16-drafters"
+    assert any("fp16 copy" in n for n in notes)
+
+
+def test_awq_bf16_drafter_cast_at_launch(tmp_path: Path, ckpts: dict[str, Path], monkeypatch) -> None:
+    convert = pytest.importorskip("specq.pipeline.convert")
+    if not hasattr(convert, "cast_drafter"):
+        pytest.skip("cast_drafter arrives with the convert stage (branch convert)")
+    from specq.pipeline.serve.spec import resolve_spec, write_fp16_copy
+
+    monkeypatch.setenv("SPECQ_CACHE", str(tmp_path / "cache"))
+    cfg = SpecqConfig.model_validate(
+        {
+            "model": {
+                "model_path": str(ckpts["awq"]),
+                "draft_model_path": str(ckpts["dflash"]),
+                "num_draft_tokens": 4,
+            },
+            "engine": {"engine": "lmdeploy", "port": PORT},
+        }
+    )
+    spec = resolve_spec(cfg)
+    write_fp16_copy(spec)
+    assert spec.draft_fp16 is not None and (spec.draft_fp16 / "config.json").is_file()
+
+
+def test_gptq_target_refused_for_pytorch_engine(tmp_path: Path, ckpts: dict[str, Path]) -> None:
+    try:
+        from specq.pipeline.convert.compat import pytorch_engine_refusal  # noqa: F401
+    except ImportError:
+        pytest.skip("pytorch_engine_refusal arrives with the convert stage (branch convert)")
+    with pytest.raises(UsageError, match="--to awq"):
+        engine_for(
+            tmp_path, ckpts["gptq"], model={"draft_model_path": str(ckpts["dflash"]), "num_draft_tokens": 4}
+        )

@@ -1,0 +1,100 @@
+"""Preflight messages, with the hardware probes simulating machines that cannot exist here (a GPU box with
+or without lmdeploy, TurboMind, FlashAttention-3)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specq.pipeline import hardware
+from specq.pipeline.errors import EnvironmentMissing
+from specq.pipeline.hardware import GpuInfo
+from specq.pipeline.serve import preflight
+
+from .conftest import write_ckpt
+
+H200 = GpuInfo(index=0, name="NVIDIA H200", memory_total_bytes=141 * 2**30, compute_capability="9.0")
+P100 = GpuInfo(index=0, name="Tesla P100", memory_total_bytes=16 * 2**30, compute_capability="6.0")
+
+
+@pytest.fixture
+def machine(monkeypatch: pytest.MonkeyPatch):
+    """Defaults to a complete GPU machine; each test removes one piece."""
+    state = {"lmdeploy": "0.18.0", "gpus": [H200], "turbomind": None, "fa3": None}
+    monkeypatch.setattr(
+        hardware, "package_version", lambda name: state["lmdeploy"] if name == "lmdeploy" else None
+    )
+    monkeypatch.setattr(hardware, "list_gpus", lambda: state["gpus"])
+    monkeypatch.setattr(hardware, "try_import", lambda m: state["turbomind"] if "turbomind" in m else None)
+    monkeypatch.setattr(hardware, "flash_attention_3", lambda: state["fa3"])
+    return state
+
+
+def test_complete_machine_passes(machine) -> None:
+    assert preflight.lmdeploy_problems("turbomind", speculative=False) == []
+    assert preflight.lmdeploy_problems("pytorch", speculative=True) == []
+    preflight.require_lmdeploy("pytorch", True)
+
+
+def test_lmdeploy_missing(machine) -> None:
+    machine["lmdeploy"] = None
+    with pytest.raises(EnvironmentMissing, match=r"lmdeploy is not installed.*specq\[lmdeploy\]") as e:
+        preflight.require_lmdeploy("turbomind", False)
+    assert e.value.exit_code == 4
+    assert "\n" not in str(e.value)
+
+
+def test_lmdeploy_wrong_version(machine) -> None:
+    machine["lmdeploy"] = "0.17.2"
+    with pytest.raises(EnvironmentMissing, match=r"lmdeploy 0.17.2 is installed but specq needs 0.18.x"):
+        preflight.require_lmdeploy("turbomind", False)
+
+
+def test_no_gpu(machine) -> None:
+    machine["gpus"] = []
+    with pytest.raises(EnvironmentMissing, match="no NVIDIA GPU found.*--engine embedded"):
+        preflight.require_lmdeploy("pytorch", False)
+
+
+def test_old_compute_capability(machine) -> None:
+    machine["gpus"] = [P100]
+    with pytest.raises(
+        EnvironmentMissing, match=r"compute capability 6.0; LMDeploy's pytorch backend needs 7.5"
+    ):
+        preflight.require_lmdeploy("pytorch", False)
+
+
+def test_turbomind_module_missing(machine) -> None:
+    machine["turbomind"] = "ImportError: libcudart.so.12: cannot open shared object file"
+    with pytest.raises(
+        EnvironmentMissing, match="TurboMind's native module does not import.*--backend pytorch"
+    ):
+        preflight.require_lmdeploy("turbomind", False)
+    preflight.require_lmdeploy("pytorch", False)  # the PyTorch engine does not need it
+
+
+def test_fa3_missing_for_speculation(machine) -> None:
+    machine["fa3"] = "ModuleNotFoundError: No module named 'flash_attn_interface'"
+    with pytest.raises(EnvironmentMissing, match="needs FlashAttention-3.*hopper/ directory"):
+        preflight.require_lmdeploy("pytorch", True)
+    preflight.require_lmdeploy("pytorch", False)  # plain decoding does not need it
+
+
+def test_vram_plan_that_does_not_fit(machine, ckpts) -> None:
+    """The planner's verdict for a model bigger than the (simulated) GPU stops the launch with exit 4."""
+    from specq.pipeline.config.models import SpecqConfig
+
+    machine["gpus"] = [
+        GpuInfo(index=0, name="tiny GPU", memory_total_bytes=64 * 2**20, compute_capability="9.0")
+    ]
+    big = write_ckpt(
+        ckpts["target"].parent / "big",
+        json.loads((ckpts["target"] / "config.json").read_text()),
+        tensors={"model.embed_tokens.weight": ("BF16", [65536, 1024])},
+    )
+    cfg = SpecqConfig.model_validate({"model": {"model_path": str(big)}, "plan": {"gpu_memory": "64MiB"}})
+    problem = preflight.vram_problem(cfg)
+    assert problem is not None and problem.startswith("VRAM plan:")
+    with pytest.raises(EnvironmentMissing, match="VRAM plan"):
+        preflight.require_lmdeploy("pytorch", False, cfg=cfg)
