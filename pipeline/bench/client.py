@@ -215,6 +215,7 @@ class _Stream:
     times: list[float] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     cumulative: list[int | None] = field(default_factory=list)
+    stamps: list[float] = field(default_factory=list)
     usage_completion: int | None = None
     usage_prompt: int | None = None
     finish_reason: str | None = None
@@ -227,41 +228,66 @@ def _chunk_text(choice: dict[str, Any], mode: Mode) -> str:
     return str(delta.get("content") or "") + str(delta.get("reasoning_content") or "")
 
 
+def _json_loads() -> Callable[[bytes], Any]:
+    try:
+        import orjson  # optional: about 3x faster per chunk, which matters at tens of thousands of tokens/s
+
+        return orjson.loads  # type: ignore[no-any-return]
+    except ImportError:
+        return json.loads
+
+
+_loads = _json_loads()
+
+
+def _handle_event(s: _Stream, data: bytes, now: float, mode: Mode, t0: float) -> bool:
+    """Fold one SSE `data:` payload into the stream; False at `[DONE]`."""
+    if data == b"[DONE]":
+        return False
+    try:
+        chunk = _loads(data)
+    except ValueError:
+        raise RuntimeError(f"malformed SSE data: {data[:80]!r}") from None
+    if "error" in chunk and not chunk.get("choices"):
+        err = chunk["error"]
+        raise RuntimeError(f"server error: {err.get('message', err) if isinstance(err, dict) else err}")
+    usage = chunk.get("usage") or None
+    choices = chunk.get("choices") or []
+    text = "".join(_chunk_text(c, mode) for c in choices)
+    for c in choices:
+        if c.get("finish_reason"):
+            s.finish_reason = c["finish_reason"]
+    if text:
+        s.times.append(now - t0)
+        s.texts.append(text)
+        s.cumulative.append(int(usage["completion_tokens"]) if usage else None)
+        if "specq_t" in chunk:
+            s.stamps.append(float(chunk["specq_t"]) - t0)
+    if usage:
+        s.usage_completion = int(usage.get("completion_tokens", 0))
+        s.usage_prompt = usage.get("prompt_tokens")
+    return True
+
+
 async def _stream(client: Any, url: str, body: dict[str, Any], mode: Mode, t0: float) -> _Stream:
+    """Read the SSE body network read by network read: every event in one read gets that read's arrival
+    time (they did arrive together), and no per-line decoding is done before it is needed."""
     s = _Stream()
     async with client.stream("POST", url, json=body) as resp:
         if resp.status_code != 200:
             text = (await resp.aread()).decode("utf-8", "replace")
             raise RuntimeError(f"HTTP {resp.status_code}: {' '.join(text.split())[:200]}")
-        async for line in resp.aiter_lines():
+        buf = b""
+        async for raw in resp.aiter_bytes():
             now = time.perf_counter()
-            if not line.startswith("data:"):
-                continue
-            data = line[5:].strip()
-            if data == "[DONE]":
-                break
-            try:
-                chunk = json.loads(data)
-            except json.JSONDecodeError:
-                raise RuntimeError(f"malformed SSE data: {data[:80]}") from None
-            if "error" in chunk and not chunk.get("choices"):
-                err = chunk["error"]
-                raise RuntimeError(
-                    f"server error: {err.get('message', err) if isinstance(err, dict) else err}"
-                )
-            usage = chunk.get("usage") or None
-            choices = chunk.get("choices") or []
-            text = "".join(_chunk_text(c, mode) for c in choices)
-            for c in choices:
-                if c.get("finish_reason"):
-                    s.finish_reason = c["finish_reason"]
-            if text:
-                s.times.append(now - t0)
-                s.texts.append(text)
-                s.cumulative.append(int(usage["completion_tokens"]) if usage else None)
-            if usage:
-                s.usage_completion = int(usage.get("completion_tokens", 0))
-                s.usage_prompt = usage.get("prompt_tokens")
+            buf += raw
+            while True:
+                cut = buf.find(b"\n")
+                if cut < 0:
+                    break
+                line, buf = buf[:cut].rstrip(b"\r"), buf[cut + 1 :]
+                if line.startswith(b"data:") and not _handle_event(s, line[5:].strip(), now, mode, t0):
+                    return s
     return s
 
 
@@ -301,6 +327,8 @@ async def send_request(
     fill_record(rec, s.times, s.texts, s.cumulative, s.usage_completion, counter)
     rec.prompt_tokens = s.usage_prompt
     rec.finish_reason = s.finish_reason
+    if s.stamps and len(s.stamps) == len(s.times):
+        rec.server_chunk_times = [round(t, 7) for t in s.stamps]
     return rec
 
 

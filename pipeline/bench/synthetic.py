@@ -186,6 +186,8 @@ def make_handler(args: argparse.Namespace, counters: Counters) -> type[BaseHTTPR
                 delay = target - time.perf_counter()
                 if delay > 0:
                     time.sleep(delay)
+                if args.stamp:
+                    chunk["specq_t"] = time.perf_counter()  # CLOCK_MONOTONIC on Linux: the client's clock
                 self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
                 self.wfile.flush()
             if include_usage:
@@ -221,6 +223,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ttft-s", type=float, default=0.01)
     p.add_argument("--step-s", type=float, default=0.002, help="time between chunks")
     p.add_argument("--continuous-usage", action="store_true", help="cumulative usage in every chunk")
+    p.add_argument("--stamp", action="store_true", help="put the send time (specq_t) in every chunk")
     p.add_argument("--fail-every", type=int, default=0)
     p.add_argument("--die-after", type=int, default=0)
     p.add_argument("--metrics-lag-s", type=float, default=0.0)

@@ -67,6 +67,10 @@ class RequestRecord(BaseModel):
     finish_reason: str | None = None
     chunk_times: list[float] = Field(default_factory=list)
     chunk_tokens: list[int] = Field(default_factory=list)
+    # Send times the server stamped on its chunks (`specq_t`, CLOCK_MONOTONIC, same clock as the client's),
+    # relative to the client's send: only servers that stamp (the synthetic one) fill it. It lets the
+    # client's own timing error be measured apart from the server's jitter.
+    server_chunk_times: list[float] | None = None
     output_text: str = ""
 
     @property
