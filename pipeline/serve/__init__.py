@@ -1,1 +1,30 @@
-"""Stage: serve."""
+"""Stage: serve. `create_engine(cfg, run_dir)` turns a resolved config into a ready-to-start `Engine`
+(LMDeploy's api_server or the embedded transformers server), after the checks that need no GPU. `specq serve`
+and `specq bench` drive servers only through it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config.models import SpecqConfig
+from ..progress import Progress, null_progress
+from .engine import Engine
+
+__all__ = ["Engine", "create_engine"]
+
+
+def create_engine(cfg: SpecqConfig, run_dir: Path, progress: Progress = null_progress) -> Engine:
+    """The engine `cfg.engine.engine` names (auto: LMDeploy when an NVIDIA GPU and lmdeploy are present, else
+    the embedded engine, with a notice through `progress`). Speculation is on when
+    `cfg.model.num_draft_tokens > 0` and a draft or an MTP method is set; 0 is the baseline. Raises UsageError
+    (exit 2) for incompatible inputs; environment problems (exit 4) surface at `start()`."""
+    from .spec import resolve_spec
+
+    spec = resolve_spec(cfg, progress)
+    if spec.engine == "lmdeploy":
+        from .lmdeploy import LMDeployEngine
+
+        return LMDeployEngine(spec, cfg, Path(run_dir), progress)
+    from .embedded import EmbeddedEngine
+
+    return EmbeddedEngine(spec, cfg, Path(run_dir), progress)

@@ -1,0 +1,136 @@
+"""The part both engines share: a server child supervised by `ManagedProcess`, reached at host:port, with
+optional API keys (read from an environment variable or a file, never echoed)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..config.models import SpecqConfig
+from ..errors import ConfigError
+from ..progress import Progress, null_progress
+from .engine import Engine
+from .process import ManagedProcess, check_port_free
+from .spec import ServeSpec
+
+MASK = "***"
+
+
+def read_api_keys(cfg: SpecqConfig) -> list[str]:
+    """API keys from `engine.api_keys_env` (a variable name; comma- or space-separated keys) or
+    `engine.api_keys_file` (one key per line)."""
+    keys: list[str] = []
+    if cfg.engine.api_keys_env:
+        value = os.environ.get(cfg.engine.api_keys_env)
+        if not value:
+            raise ConfigError(
+                f"engine.api_keys_env: the environment variable {cfg.engine.api_keys_env} is not set"
+            )
+        keys += [k for k in value.replace(",", " ").split() if k]
+    if cfg.engine.api_keys_file:
+        path = Path(cfg.engine.api_keys_file).expanduser()
+        try:
+            keys += [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        except OSError as e:
+            raise ConfigError(f"engine.api_keys_file: cannot read {path}: {e.strerror or e}") from None
+    return keys
+
+
+class ProcessEngine(Engine):
+    """An Engine whose server is one supervised child process."""
+
+    log_name = "server.log"
+
+    def __init__(
+        self, spec: ServeSpec, cfg: SpecqConfig, run_dir: Path, progress: Progress = null_progress
+    ) -> None:
+        self.spec = spec
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.progress = progress
+        self.api_keys = read_api_keys(cfg)
+        self._proc: ManagedProcess | None = None
+
+    # -- what subclasses provide ------------------------------------------------------------------------
+    def argv(self, *, masked: bool) -> list[str]:
+        raise NotImplementedError
+
+    def child_env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def preflight(self) -> None:
+        """Raise what would make the launch fail (EnvironmentMissing); the default checks nothing."""
+
+    def prepare(self) -> None:
+        """Work to do just before launch (e.g. writing an fp16 drafter copy)."""
+
+    # -- Engine --------------------------------------------------------------------------------------------
+    def command(self) -> list[str]:
+        """The argument list `start()` runs; API keys, if any, are shown as ***."""
+        return self.argv(masked=True)
+
+    @property
+    def base_url(self) -> str:
+        host = self.spec.host
+        if host in ("0.0.0.0", "", "localhost"):
+            host = "127.0.0.1"
+        elif host == "::":
+            host = "::1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.spec.port}"
+
+    @property
+    def model_name(self) -> str:
+        return self.spec.model_name
+
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / self.log_name
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def start(self) -> None:
+        if self._proc is not None:
+            return
+        self.preflight()
+        if self.spec.port_given:
+            check_port_free(self.spec.host or "127.0.0.1", self.spec.port)
+        self.prepare()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._proc = ManagedProcess(
+            self.argv(masked=False), self.log_path, env=self.child_env(), name=f"{self.name} server",
+            progress=self.progress,
+        )  # fmt: skip
+        self._proc.start()
+
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        if self._proc is None:
+            self.start()
+        assert self._proc is not None
+        headers = {"Authorization": f"Bearer {self.api_keys[0]}"} if self.api_keys else None
+        timeout = timeout_s if timeout_s is not None else self.cfg.engine.ready_timeout_s
+        self._proc.wait_ready(f"{self.base_url}/v1/models", timeout, headers)
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.stop()
+
+    def poll(self) -> int | None:
+        """The child's exit code, or None while it runs."""
+        return self._proc.poll() if self._proc is not None else None
+
+    def detach(self) -> None:
+        if self._proc is not None:
+            self._proc.detach()
+
+    def __enter__(self) -> ProcessEngine:
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self

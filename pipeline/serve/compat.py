@@ -1,0 +1,152 @@
+"""Draft/target compatibility checks for `specq serve` (also run by `specq convert`): what would otherwise
+fail minutes into a GPU launch, or silently produce garbage. Reads config.json and tokenizer files only (no
+torch). Each problem is one line; callers raise them as exit-2 errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..checkpoint import Checkpoint
+
+MTP_METHODS = ("qwen3_5_mtp", "deepseek_mtp", "hy3_mtp")
+DRAFT_METHODS = ("dflash", "eagle3", "eagle", "draft")  # methods that need a separate draft checkpoint
+LMDEPLOY_METHODS = ("dflash", "eagle3", "eagle", *MTP_METHODS)
+EMBEDDED_METHODS = ("draft",)
+MAX_DRAFT_TOKENS = 15
+# What each drafter kind (Checkpoint.draft_kind) is served with.
+KIND_TO_METHOD = {"dflash": "dflash", "eagle3": "eagle3", "eagle": "eagle", "model": "draft"}
+
+
+def _layers(ckpt: Checkpoint) -> int | None:
+    n = ckpt.text_config.get("num_hidden_layers")
+    return int(n) if n is not None else None
+
+
+def _hidden(ckpt: Checkpoint) -> int | None:
+    h = ckpt.text_config.get("hidden_size")
+    return int(h) if h is not None else None
+
+
+def _vocab(ckpt: Checkpoint) -> int | None:
+    v = ckpt.text_config.get("vocab_size")
+    return int(v) if v is not None else None
+
+
+def tokenizer_vocab(path: Path) -> dict[str, int] | None:
+    """The token → id map of a checkpoint's tokenizer (tokenizer.json, else vocab.json), or None."""
+    tj = path / "tokenizer.json"
+    try:
+        if tj.is_file():
+            data: dict[str, Any] = json.loads(tj.read_text(encoding="utf-8"))
+            vocab = dict((data.get("model") or {}).get("vocab") or {})
+            if isinstance(vocab, dict) and vocab:
+                for t in data.get("added_tokens") or []:
+                    vocab[t["content"]] = t["id"]
+                return vocab
+        vj = path / "vocab.json"
+        if vj.is_file():
+            return dict(json.loads(vj.read_text(encoding="utf-8")))
+    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        return None
+    return None
+
+
+def check_draft(
+    target: Checkpoint,
+    draft: Checkpoint | None,
+    method: str | None,
+    draft_tokens: int,
+    engine: str,
+) -> list[str]:
+    """Every reason `draft` cannot speculate for `target` with `method` and K = `draft_tokens` on `engine`
+    ("lmdeploy" or "embedded"). An empty list means compatible. `method` None with K = 0 is plain decoding."""
+    problems: list[str] = []
+    if method is None and draft is not None:
+        method = KIND_TO_METHOD.get(draft.draft_kind)
+        if method is None:
+            return [f"{draft.path}: cannot tell what kind of drafter this is (architectures "
+                    f"{draft.architectures}); pass --method"]  # fmt: skip
+    if method is None:
+        if draft_tokens > 0:
+            problems.append(
+                f"{draft_tokens} draft tokens asked for but no draft model and no method; pass --draft-model "
+                "DRAFT, or --method qwen3_5_mtp / deepseek_mtp for a target with its own MTP head"
+            )
+        return problems
+
+    if not 1 <= draft_tokens <= MAX_DRAFT_TOKENS:
+        problems.append(
+            f"--draft-tokens must be in 1..{MAX_DRAFT_TOKENS} for speculative decoding, got {draft_tokens}"
+        )
+    if engine == "lmdeploy" and method not in LMDEPLOY_METHODS:
+        problems.append(
+            f"LMDeploy 0.18 has no '{method}' method (it cannot use an arbitrary small LLM as a draft); use "
+            "--engine embedded for a plain draft model, or a DFlash/EAGLE-3 drafter or an MTP method"
+        )
+    if engine == "embedded" and method not in EMBEDDED_METHODS:
+        problems.append(
+            f"the embedded engine speculates only with a plain draft model (method 'draft'), not '{method}'; "
+            "use --engine lmdeploy --backend pytorch"
+        )
+    if method in DRAFT_METHODS and draft is None:
+        problems.append(f"method '{method}' needs a draft model: pass --draft-model DRAFT")
+        return problems
+    if method in MTP_METHODS or draft is None:
+        return problems
+
+    kind = draft.draft_kind
+    expected = {"dflash": "dflash", "eagle3": "eagle3", "eagle": "eagle", "draft": "model"}[method]
+    if kind != expected:
+        problems.append(f"{draft.path} is a '{kind}' checkpoint, not a {method} drafter; check --method")
+        return problems
+
+    t_layers, t_hidden, t_vocab = _layers(target), _hidden(target), _vocab(target)
+    d_vocab = _vocab(draft)
+    if t_vocab is not None and d_vocab is not None and t_vocab != d_vocab:
+        problems.append(f"vocabulary sizes differ: target {t_vocab}, draft {d_vocab}")
+
+    if method == "dflash":
+        cfg = draft.config
+        n_target = cfg.get("num_target_layers")
+        if n_target is not None and t_layers is not None and int(n_target) != t_layers:
+            problems.append(
+                f"DFlash drafter was trained for a {n_target}-layer target, "
+                f"but the target has {t_layers} layers"
+            )
+        dcfg = cfg.get("dflash_config") or {}
+        ids = dcfg.get("target_layer_ids")
+        if ids is not None and t_layers is not None:
+            bad = [i for i in ids if not 0 <= int(i) < t_layers]
+            if bad:
+                problems.append(f"DFlash target_layer_ids {bad} out of range for a {t_layers}-layer target")
+            elif list(ids) != sorted(set(ids)):
+                problems.append(f"DFlash target_layer_ids {ids} must be strictly increasing")
+        block = dcfg.get("block_size")
+        if block is not None and draft_tokens + 1 > int(block):
+            problems.append(
+                f"DFlash block_size {block} allows at most {int(block) - 1} draft tokens, "
+                f"asked for {draft_tokens}"
+            )
+        d_hidden = cfg.get("target_hidden_size") or _hidden(draft)
+        if t_hidden is not None and d_hidden is not None and int(d_hidden) != t_hidden:
+            problems.append(f"DFlash drafter expects hidden size {d_hidden}, the target has {t_hidden}")
+    elif method in ("eagle3", "eagle"):
+        d_hidden = draft.config.get("target_hidden_size") or _hidden(draft)
+        if t_hidden is not None and d_hidden is not None and int(d_hidden) != t_hidden:
+            problems.append(f"EAGLE drafter hidden size {d_hidden} does not match the target's {t_hidden}")
+    elif method == "draft":
+        tv, dv = tokenizer_vocab(target.path), tokenizer_vocab(draft.path)
+        if tv is None or dv is None:
+            missing = target.path if tv is None else draft.path
+            problems.append(
+                f"{missing}: no tokenizer.json/vocab.json to check that draft and target share a tokenizer"
+            )
+        elif tv != dv:
+            n_diff = len(set(tv.items()) ^ set(dv.items()))
+            problems.append(
+                f"draft and target tokenizers differ ({n_diff} token/id pairs differ); "
+                "a plain draft model must share the target's tokenizer"
+            )
+    return problems

@@ -1,0 +1,264 @@
+"""The embedded engine's OpenAI-compatible HTTP API (FastAPI): `/v1/models`, `/v1/completions`,
+`/v1/chat/completions` (SSE streaming with `stream_options.include_usage`, and non-streaming), `/health` and
+`/metrics`. Requests are served one at a time by a single generation thread; up to `max_queue` wait, more get
+429. `ignore_eos` and `min_new_tokens` are accepted as LMDeploy accepts them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+
+from .generator import GenerationRequest, Generator
+from .metrics import EngineMetrics
+
+
+class _Rejected(Exception):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+
+
+def build_app(
+    generator: Generator,
+    metrics: EngineMetrics,
+    model_name: str,
+    *,
+    max_queue: int = 64,
+    default_max_tokens: int = 256,
+    api_keys: list[str] | None = None,
+) -> FastAPI:
+    app = FastAPI(title="specq embedded engine", docs_url=None, redoc_url=None, openapi_url=None)
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
+    state = {"pending": 0}
+    pending_lock = threading.Lock()
+    created = int(time.time())
+
+    def check_key(request: Request) -> JSONResponse | None:
+        if not api_keys:
+            return None
+        auth = request.headers.get("authorization", "")
+        if auth.startswith("Bearer ") and auth[7:] in api_keys:
+            return None
+        return _error(401, "invalid or missing API key", "authentication_error")
+
+    def admit() -> None:
+        with pending_lock:
+            if state["pending"] >= max_queue + 1:
+                raise _Rejected(429, f"queue full ({max_queue} waiting); retry later", "rate_limit_error")
+            state["pending"] += 1
+            _gauges()
+
+    def release() -> None:
+        with pending_lock:
+            state["pending"] -= 1
+            _gauges()
+
+    def _gauges() -> None:
+        running = 1 if state["pending"] > 0 else 0
+        metrics.requests_running.labels(**metrics.labels).set(running)
+        metrics.requests_waiting.labels(**metrics.labels).set(max(0, state["pending"] - 1))
+
+    def parse(body: dict[str, Any], prompt_ids: list[int]) -> GenerationRequest:
+        if body.get("n", 1) != 1:
+            raise _Rejected(400, "n > 1 is not supported by the embedded engine")
+        if body.get("stop"):
+            raise _Rejected(400, "'stop' is not supported by the embedded engine")
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or default_max_tokens
+        try:
+            return GenerationRequest(
+                prompt_ids=prompt_ids,
+                max_new_tokens=int(max_tokens),
+                temperature=_num(body.get("temperature"), 0.0),
+                top_p=_num(body.get("top_p"), 1.0),
+                top_k=int(body["top_k"]) if body.get("top_k") else None,
+                repetition_penalty=float(body.get("repetition_penalty") or 1.0),
+                min_new_tokens=int(body.get("min_new_tokens") or body.get("min_tokens") or 0),
+                ignore_eos=bool(body.get("ignore_eos", False)),
+                seed=int(body["seed"]) if body.get("seed") is not None else None,
+            )
+        except (TypeError, ValueError) as e:
+            raise _Rejected(400, f"bad request field: {e}") from None
+
+    async def body_of(request: Request) -> dict[str, Any]:
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            raise _Rejected(400, "request body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise _Rejected(400, "request body must be a JSON object")
+        return body
+
+    async def run(req: GenerationRequest, chat: bool, body: dict[str, Any]) -> Response:
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+        obj = "chat.completion" if chat else "text_completion"
+        loop = asyncio.get_running_loop()
+        admit()
+        if not body.get("stream"):
+            try:
+                result = await loop.run_in_executor(executor, generator.generate, req, lambda d, n: None)
+            finally:
+                release()
+            usage = _usage(result.prompt_tokens, len(result.token_ids))
+            choice: dict[str, Any] = {"index": 0, "finish_reason": result.finish_reason, "logprobs": None}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": result.text}
+            else:
+                choice["text"] = result.text
+            return JSONResponse(
+                {
+                    "id": rid,
+                    "object": obj,
+                    "created": int(time.time()),
+                    "model": model_name,
+                    "choices": [choice],
+                    "usage": usage,
+                }  # fmt: skip
+            )
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        cancel = threading.Event()
+
+        def on_delta(delta: str, n: int) -> None:
+            if delta:
+                loop.call_soon_threadsafe(queue.put_nowait, ("delta", delta))
+
+        def work() -> None:
+            try:
+                res = generator.generate(req, on_delta, cancel=cancel)
+                loop.call_soon_threadsafe(queue.put_nowait, ("done", res))
+            except BaseException as e:  # reported to the client as an SSE error event
+                loop.call_soon_threadsafe(queue.put_nowait, ("error", e))
+            finally:
+                release()
+
+        loop.run_in_executor(executor, work)
+        chunk_obj = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> str:
+            data: dict[str, Any] = {"id": rid, "object": chunk_obj, "created": int(time.time()),
+                                    "model": model_name, "choices": choices}  # fmt: skip
+            if include_usage:
+                data["usage"] = usage
+            return f"data: {json.dumps(data)}\n\n"
+
+        def delta_choice(text: str, finish: str | None = None) -> dict[str, Any]:
+            if chat:
+                return {"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish,
+                        "logprobs": None}  # fmt: skip
+            return {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
+
+        async def events() -> AsyncIterator[str]:
+            try:
+                if chat:
+                    yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                  "finish_reason": None, "logprobs": None}])  # fmt: skip
+                while True:
+                    kind, value = await queue.get()
+                    if kind == "delta":
+                        yield chunk([delta_choice(value)])
+                    elif kind == "error":
+                        msg = f"{type(value).__name__}: {value}"
+                        yield f"data: {json.dumps({'error': {'message': msg, 'code': 500}})}\n\n"
+                        break
+                    else:
+                        yield chunk([delta_choice("", value.finish_reason)])
+                        if include_usage:
+                            usage = _usage(value.prompt_tokens, len(value.token_ids))
+                            data = {"id": rid, "object": chunk_obj, "created": int(time.time()),
+                                    "model": model_name, "choices": [], "usage": usage}  # fmt: skip
+                            yield f"data: {json.dumps(data)}\n\n"
+                        break
+                yield "data: [DONE]\n\n"
+            finally:
+                cancel.set()  # the client went away (or all is sent): stop generating for it
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    @app.exception_handler(_Rejected)
+    async def _rejected(request: Request, exc: _Rejected) -> JSONResponse:
+        return _error(exc.status, exc.message, exc.kind)
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        if (denied := check_key(request)) is not None:
+            return denied
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": model_name,
+                        "object": "model",
+                        "created": created,
+                        "owned_by": "specq",
+                        "root": model_name,
+                    }
+                ],
+            }  # fmt: skip
+        )
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        if (denied := check_key(request)) is not None:
+            return denied
+        body = await body_of(request)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            ids = [int(t) for t in prompt]
+        elif isinstance(prompt, str):
+            ids = generator.encode(prompt)
+        else:
+            raise _Rejected(400, "'prompt' must be a string (or a list of token ids)")
+        _check_model(body, model_name)
+        return await run(parse(body, ids), chat=False, body=body)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        if (denied := check_key(request)) is not None:
+            return denied
+        body = await body_of(request)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise _Rejected(400, "'messages' must be a non-empty list")
+        _check_model(body, model_name)
+        return await run(parse(body, generator.encode_chat(messages)), chat=True, body=body)
+
+    return app
+
+
+def _check_model(body: dict[str, Any], model_name: str) -> None:
+    name = body.get("model")
+    if name not in (None, "", model_name):
+        raise _Rejected(404, f"model '{name}' is not served here; this server serves '{model_name}'",
+                        "not_found_error")  # fmt: skip
+
+
+def _num(value: Any, default: float) -> float:
+    return default if value is None else float(value)
+
+
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}

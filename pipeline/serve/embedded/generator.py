@@ -1,0 +1,266 @@
+"""Decoding for the embedded engine through Hugging Face transformers: plain greedy or sampled generation
+for the baseline, and speculative decoding with a separate draft model through transformers' assisted
+generation with a constant number of draft tokens K. Acceptance is counted from what each verification step
+returned: transformers calls the candidate generator's `update_candidate_strategy(input_ids, scores,
+num_matches)` once per verification step, with the target's logits for the K' drafted positions plus the
+bonus position; K' = scores.shape[1] - 1 and the first num_matches drafted tokens were accepted.
+Imports torch; runs only inside the server child process."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ...errors import EnvironmentMissing, InputError
+from .metrics import EngineMetrics
+
+DTYPES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32"}
+
+
+@dataclasses.dataclass
+class GenerationRequest:
+    prompt_ids: list[int]
+    max_new_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int | None = None
+    repetition_penalty: float = 1.0
+    min_new_tokens: int = 0
+    ignore_eos: bool = False
+    seed: int | None = None
+
+
+@dataclasses.dataclass
+class GenerationResult:
+    token_ids: list[int]
+    text: str
+    finish_reason: str  # "stop" | "length"
+    prompt_tokens: int
+    ttft_s: float | None
+    e2e_s: float
+
+
+class TokenStream:
+    """A transformers streamer (put/end) that turns token-id chunks into text deltas. One call to `put` may
+    carry several tokens (assisted generation emits accepted + 1 per step); every token is counted."""
+
+    def __init__(self, tokenizer: Any, on_delta: Callable[[str, int], None]) -> None:
+        self.tokenizer = tokenizer
+        self.on_delta = on_delta
+        self.ids: list[int] = []
+        self._sent = 0  # characters of the decoded text already emitted
+        self._prompt_skipped = False
+        self.first_token_at: float | None = None
+
+    def put(self, value: Any) -> None:
+        if not self._prompt_skipped:  # transformers first puts the prompt
+            self._prompt_skipped = True
+            return
+        new = [int(t) for t in value.reshape(-1).tolist()]
+        if not new:
+            return
+        if self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
+        self.ids.extend(new)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        # Hold back an incomplete UTF-8 sequence until the next token completes it.
+        stable = len(text) - 1 if text.endswith("\ufffd") else len(text)
+        delta = text[self._sent : stable]
+        self._sent = max(self._sent, stable)
+        self.on_delta(delta, len(new))
+
+    def end(self) -> None:
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if len(text) > self._sent:
+            self.on_delta(text[self._sent :], 0)
+            self._sent = len(text)
+
+
+class Generator:
+    """Target (and optional draft) loaded once; `generate` serves one request at a time."""
+
+    def __init__(
+        self,
+        model_path: str,
+        draft_model_path: str | None = None,
+        num_draft_tokens: int = 0,
+        device: str = "auto",
+        dtype: str = "auto",
+        trust_remote_code: bool = False,
+        metrics: EngineMetrics | None = None,
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cuda" and not torch.cuda.is_available():
+            raise EnvironmentMissing(
+                "--device cuda was asked for but torch sees no CUDA GPU; use --device cpu"
+            )
+        self.device = device
+        torch_dtype: Any = "auto" if dtype == "auto" else getattr(torch, DTYPES[dtype])
+        if dtype == "auto" and device == "cpu":
+            torch_dtype = torch.float32  # bf16/fp16 matmuls are slow or missing on CPU
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+        self.model = _load(AutoModelForCausalLM, model_path, torch_dtype, device, trust_remote_code)
+        self.draft = None
+        self.num_draft_tokens = num_draft_tokens if draft_model_path else 0
+        if draft_model_path and num_draft_tokens > 0:
+            self.draft = _load(
+                AutoModelForCausalLM, draft_model_path, self.model.dtype, device, trust_remote_code
+            )
+            gc = self.draft.generation_config
+            # A constant K: no heuristic schedule and no early stop on low draft confidence.
+            gc.num_assistant_tokens = num_draft_tokens
+            gc.num_assistant_tokens_schedule = "constant"
+            gc.assistant_confidence_threshold = 0.0
+            self._install_acceptance_hook()
+        self.metrics = metrics
+        self.eos_ids = _eos_ids(self.model, self.tokenizer)
+        self._lock = threading.Lock()
+
+    def _install_acceptance_hook(self) -> None:
+        """Wrap, on this model instance only, the factory of transformers' candidate generator so that each
+        verification step's (drafted, accepted) reaches the metrics the moment it happens."""
+        model = self.model
+        original = model._get_candidate_generator
+        owner = self
+
+        def get_candidate_generator(*args: Any, **kwargs: Any) -> Any:
+            gen = original(*args, **kwargs)
+            update = gen.update_candidate_strategy
+
+            def update_candidate_strategy(input_ids: Any, scores: Any, num_matches: Any) -> Any:
+                drafted = int(scores.shape[1]) - 1
+                if owner.metrics is not None:
+                    owner.metrics.record_verification(drafted, int(num_matches))
+                return update(input_ids, scores, num_matches)
+
+            gen.update_candidate_strategy = update_candidate_strategy
+            return gen
+
+        model._get_candidate_generator = get_candidate_generator
+
+    def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:
+        tok = self.tokenizer
+        if getattr(tok, "chat_template", None):
+            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        else:
+            text = "".join(f"{m.get('role', 'user')}: {_content(m)}\n" for m in messages) + "assistant: "
+        return list(tok(text, add_special_tokens=False)["input_ids"])
+
+    def encode(self, prompt: str) -> list[int]:
+        return list(self.tokenizer(prompt)["input_ids"])
+
+    def generate(
+        self,
+        req: GenerationRequest,
+        on_delta: Callable[[str, int], None],
+        cancel: threading.Event | None = None,
+    ) -> GenerationResult:
+        import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        class Cancelled(StoppingCriteria):
+            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+                flag = cancel is not None and cancel.is_set()
+                return torch.full((input_ids.shape[0],), flag, dtype=torch.bool, device=input_ids.device)
+
+        with self._lock:
+            start = time.perf_counter()
+            if self.metrics is not None:
+                self.metrics.add_prompt_tokens(len(req.prompt_ids))
+
+            def counted(delta: str, n: int) -> None:
+                if n and self.metrics is not None:
+                    self.metrics.add_generation_tokens(n)
+                on_delta(delta, n)
+
+            stream = TokenStream(self.tokenizer, counted)
+            input_ids = torch.tensor([req.prompt_ids], dtype=torch.long, device=self.model.device)
+            kwargs: dict[str, Any] = {
+                "max_new_tokens": req.max_new_tokens,
+                "streamer": stream,
+                "attention_mask": torch.ones_like(input_ids),
+                "pad_token_id": self.tokenizer.pad_token_id
+                if self.tokenizer.pad_token_id is not None
+                else (self.eos_ids[0] if self.eos_ids else 0),
+                "repetition_penalty": req.repetition_penalty,
+                "stopping_criteria": StoppingCriteriaList([Cancelled()]),
+            }
+            min_new = req.max_new_tokens if req.ignore_eos else min(req.min_new_tokens, req.max_new_tokens)
+            if min_new > 0:
+                kwargs["min_new_tokens"] = min_new
+            if req.temperature > 0:
+                kwargs.update(do_sample=True, temperature=req.temperature, top_p=req.top_p)
+                kwargs["top_k"] = req.top_k if req.top_k else 0
+            else:
+                kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+            if req.seed is not None:
+                torch.manual_seed(req.seed)
+            if self.draft is not None:
+                kwargs["assistant_model"] = self.draft
+            with torch.inference_mode():
+                self.model.generate(input_ids, **kwargs)
+            e2e = time.perf_counter() - start
+            ids = stream.ids
+            hit_eos = bool(ids) and ids[-1] in self.eos_ids
+            finish = "stop" if hit_eos or len(ids) < req.max_new_tokens else "length"
+            ttft = (stream.first_token_at - start) if stream.first_token_at is not None else None
+            if self.metrics is not None:
+                self.metrics.finish_request(e2e, ttft)
+            text = str(self.tokenizer.decode(ids, skip_special_tokens=True))
+            return GenerationResult(ids, text, finish, len(req.prompt_ids), ttft, e2e)
+
+
+def _content(m: dict[str, Any]) -> str:
+    c = m.get("content", "")
+    if isinstance(c, list):  # OpenAI content parts
+        return "".join(p.get("text", "") for p in c if isinstance(p, dict))
+    return str(c)
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    eos = model.generation_config.eos_token_id
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    if eos is None:
+        return []
+    return [int(e) for e in (eos if isinstance(eos, list) else [eos])]
+
+
+def _load(cls: Any, path: str, torch_dtype: Any, device: str, trust_remote_code: bool) -> Any:
+    from ...checkpoint import Checkpoint
+
+    ckpt = Checkpoint(Path(path))
+    quant = ckpt.quantization
+    try:
+        model = cls.from_pretrained(
+            path,
+            dtype=torch_dtype,
+            trust_remote_code=trust_remote_code,
+            **({"device_map": device} if quant is not None else {}),
+        )
+    except ImportError as e:
+        method = quant.method if quant else "this"
+        raise EnvironmentMissing(
+            f"cannot load the {method} checkpoint {path} on {device}: {str(e).splitlines()[0]}"
+        ) from None
+    except (ValueError, RuntimeError, OSError) as e:
+        if quant is not None:
+            raise EnvironmentMissing(
+                f"the installed quantization backend cannot run the {quant.method} checkpoint {path} on "
+                f"{device}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+            ) from None
+        raise InputError(
+            f"cannot load {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        ) from None
+    if quant is None:
+        model = model.to(device)
+    model.eval()
+    return model

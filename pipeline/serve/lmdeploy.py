@@ -1,0 +1,60 @@
+"""LMDeploy 0.18's `api_server` as an engine: the argument list for `python -m lmdeploy serve api_server`
+built from the typed serve config. Plain decoding on TurboMind (the default baseline; `--model-format
+awq|gptq` from the checkpoint's `quantization_config`) or the PyTorch engine; speculative decoding only on the
+PyTorch engine (`--speculative-algorithm`, `--speculative-draft-model`, `--speculative-num-draft-tokens`,
+`--speculative-dflash-block-size`). Preflight runs before the launch."""
+
+from __future__ import annotations
+
+import sys
+
+from .base import MASK, ProcessEngine
+from .preflight import require_lmdeploy
+from .spec import write_fp16_copy
+
+# TurboMind's --model-format values for the quantization methods it reads from HF checkpoints.
+MODEL_FORMATS = {"awq": "awq", "gptq": "gptq"}
+
+
+class LMDeployEngine(ProcessEngine):
+    name = "lmdeploy"
+    log_name = "lmdeploy.log"
+
+    def argv(self, *, masked: bool) -> list[str]:
+        spec, eng = self.spec, self.cfg.engine
+        backend = spec.backend or "turbomind"
+        argv = [sys.executable, "-m", "lmdeploy", "serve", "api_server", str(spec.target.path)]
+        argv += ["--backend", backend, "--server-name", spec.host, "--server-port", str(spec.port)]
+        argv += ["--model-name", spec.model_name]
+        quant = spec.target.quantization
+        if backend == "turbomind" and quant is not None and quant.method in MODEL_FORMATS:
+            argv += ["--model-format", MODEL_FORMATS[quant.method]]
+        if eng.dtype != "auto":
+            argv += ["--dtype", eng.dtype]
+        if eng.session_len is not None:
+            argv += ["--session-len", str(eng.session_len)]
+        argv += ["--cache-max-entry-count", f"{eng.cache_max_entry_count:g}"]
+        argv += ["--max-batch-size", str(eng.max_batch_size)]
+        if eng.tp != 1:
+            argv += ["--tp", str(eng.tp)]
+        if eng.enable_prefix_caching:
+            argv += ["--enable-prefix-caching"]
+        if eng.eager_mode and backend == "pytorch":
+            argv += ["--eager-mode"]
+        if spec.speculative:
+            assert spec.method is not None
+            argv += ["--speculative-algorithm", spec.method]
+            if spec.draft_path is not None:
+                argv += ["--speculative-draft-model", str(spec.draft_path)]
+            argv += ["--speculative-num-draft-tokens", str(spec.draft_tokens)]
+            if spec.method == "dflash" and self.cfg.speculative.dflash_block_size is not None:
+                argv += ["--speculative-dflash-block-size", str(self.cfg.speculative.dflash_block_size)]
+        if self.api_keys:
+            argv += ["--api-keys", *([MASK] * len(self.api_keys) if masked else self.api_keys)]
+        return argv
+
+    def preflight(self) -> None:
+        require_lmdeploy(self.spec.backend or "turbomind", self.spec.speculative, self.cfg)
+
+    def prepare(self) -> None:
+        write_fp16_copy(self.spec, self.progress)

@@ -1,0 +1,205 @@
+"""A supervised server child: started from an argument list (never a shell string) in its own process group
+(session), stdout and stderr to a log file under the run directory, readiness polled on `/v1/models` with a
+deadline, the log's tail shown on failure, and stopped with SIGTERM → wait → SIGKILL to the whole group. An
+atexit hook stops whatever is still running when the parent exits (Ctrl-C, an exception), so no orphan
+survives specq unless it was deliberately detached."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import errno
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..errors import ProcessFailed, UsageError
+from ..progress import Progress, null_progress
+
+_LIVE: set[ManagedProcess] = set()
+
+
+def _stop_all() -> None:
+    for proc in list(_LIVE):
+        with contextlib.suppress(Exception):
+            proc.stop()
+
+
+atexit.register(_stop_all)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise a one-line UsageError when host:port cannot be bound (in use, or not an address of this host)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise UsageError(
+                    f"port {port} on {host} is already in use; "
+                    "choose another --port or leave it out for a free one"
+                ) from None
+            raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    try:
+        data = path.read_bytes()[-16384:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+def _last_error_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if "error" in ln.lower() or "exception" in ln.lower():
+            return ln
+    return lines[-1] if lines else "(empty log)"
+
+
+class ManagedProcess:
+    """One child process and its process group."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        log_path: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        name: str = "server",
+        progress: Progress = null_progress,
+    ) -> None:
+        self.argv = list(argv)
+        self.log_path = Path(log_path)
+        self.env = dict(env) if env is not None else None
+        self.name = name
+        self.progress = progress
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen is not None else None
+
+    def start(self) -> None:
+        if self.popen is not None:
+            return
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.popen = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,  # own process group: Ctrl-C in the terminal reaches only specq
+            )
+        _LIVE.add(self)
+
+    def poll(self) -> int | None:
+        return self.popen.poll() if self.popen is not None else None
+
+    def failed(self, what: str) -> ProcessFailed:
+        log = tail(self.log_path, 20)
+        if log:
+            self.progress(f"last lines of {self.log_path}:\n{log}")
+        return ProcessFailed(f"{self.name} {what}: {_last_error_line(log)} (log: {self.log_path})")
+
+    def wait_ready(self, url: str, timeout_s: float, headers: Mapping[str, str] | None = None) -> None:
+        """Poll `url` until it answers 200; raise ProcessFailed if the child exits or the deadline passes."""
+        import httpx
+
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(timeout=2.0, headers=dict(headers or {}), trust_env=False) as client:
+            while True:
+                code = self.poll()
+                if code is not None:
+                    _LIVE.discard(self)
+                    self._kill_group(signal.SIGKILL)  # anything it left behind
+                    raise self.failed(f"exited with code {code} before it was ready")
+                try:
+                    if client.get(url).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise self.failed(f"did not answer {url} within {timeout_s:.0f} s")
+                time.sleep(0.25)
+
+    def _kill_group(self, sig: int) -> None:
+        if self.popen is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, sig)
+
+    def stop(self, grace_s: float = 10.0) -> int | None:
+        """SIGTERM to the group, wait up to `grace_s`, then SIGKILL. Idempotent. Returns the exit code."""
+        if self.popen is None:
+            return None
+        try:
+            if self.popen.poll() is None:
+                self._kill_group(signal.SIGTERM)
+                try:
+                    self.popen.wait(timeout=grace_s)
+                except subprocess.TimeoutExpired:
+                    self._kill_group(signal.SIGKILL)
+                    self.popen.wait(timeout=10)
+            # The leader is gone; make sure no grandchild of its group survives it.
+            self._kill_group(signal.SIGKILL)
+        finally:
+            _LIVE.discard(self)
+        return self.popen.returncode
+
+    def detach(self) -> None:
+        """Leave the child running after specq exits (`specq serve --detach`)."""
+        _LIVE.discard(self)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); treat it as gone.
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def stop_group(pid: int, grace_s: float = 10.0) -> None:
+    """Stop a process group we did not start in this process (a detached server): TERM, wait, KILL."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and pid_alive(pid):
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)

@@ -1,0 +1,149 @@
+"""A real embedded server (child process, real HTTP) on a target/draft pair with K = 3: OpenAI-compatible
+answers, streaming with exact usage, /metrics counters that match the tokens returned, consistent speculative
+counters, and a clean shutdown that leaves no process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import httpx
+import pytest
+
+from specq.pipeline.config.models import SpecqConfig
+from specq.pipeline.serve import create_engine
+from specq.pipeline.serve.process import group_alive, pid_alive
+
+pytestmark = pytest.mark.integration
+
+K = 3
+
+
+def scrape(url: str) -> dict[str, float]:
+    """Prometheus text → {'name{labels}': value} for lmdeploy: series."""
+    out: dict[str, float] = {}
+    for line in httpx.get(url, timeout=10).text.splitlines():
+        if line.startswith("lmdeploy:"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def total(metrics: dict[str, float], name: str) -> float:
+    return sum(v for k, v in metrics.items() if k.split("{")[0] == name)
+
+
+@pytest.fixture(scope="module")
+def server(serve_pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory):
+    target, draft = serve_pair
+    cfg = SpecqConfig.model_validate(
+        {
+            "model": {"model_path": str(target), "draft_model_path": str(draft), "num_draft_tokens": K,
+                      "model_name": "toy"},
+            "engine": {"engine": "embedded", "device": "cpu", "max_queue": 2, "ready_timeout_s": 180},
+        }
+    )  # fmt: skip
+    engine = create_engine(cfg, tmp_path_factory.mktemp("run"))
+    engine.start()
+    try:
+        engine.wait_ready()
+        yield engine
+    finally:
+        engine.stop()
+
+
+def test_models_and_health(server) -> None:
+    r = httpx.get(f"{server.base_url}/v1/models", timeout=10)
+    assert r.status_code == 200
+    assert [m["id"] for m in r.json()["data"]] == ["toy"]
+    assert httpx.get(f"{server.base_url}/health", timeout=10).status_code == 200
+
+
+def test_completions_and_chat_match_metrics(server) -> None:
+    before = scrape(server.metrics_url)
+    r = httpx.post(
+        f"{server.base_url}/v1/completions",
+        json={"model": "toy", "prompt": "def add(a, b):", "max_tokens": 12, "ignore_eos": True},
+        timeout=120,
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["usage"]["completion_tokens"] == 12
+    assert body["choices"][0]["finish_reason"] == "length"
+
+    # Streaming chat with a final usage chunk: count the tokens the server says it generated.
+    chunks, usage, text = 0, None, ""
+    with httpx.stream(
+        "POST",
+        f"{server.base_url}/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "import os"}], "max_tokens": 10, "stream": True,
+              "stream_options": {"include_usage": True}, "min_new_tokens": 10},
+        timeout=120,
+    ) as s:  # fmt: skip
+        assert s.status_code == 200
+        for line in s.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            data = json.loads(line[6:])
+            chunks += 1
+            if data.get("usage"):
+                usage = data["usage"]
+            for c in data["choices"]:
+                text += c.get("delta", {}).get("content") or ""
+    assert usage is not None and usage["completion_tokens"] == 10
+    assert chunks >= 3
+
+    after = scrape(server.metrics_url)  # no lag: the embedded engine flushes at once
+    gen = total(after, "lmdeploy:generation_tokens_total") - total(before, "lmdeploy:generation_tokens_total")
+    prompt = total(after, "lmdeploy:prompt_tokens_total") - total(before, "lmdeploy:prompt_tokens_total")
+    assert gen == 12 + 10
+    assert prompt == body["usage"]["prompt_tokens"] + usage["prompt_tokens"]
+
+    drafts = total(after, "lmdeploy:spec_decode_num_drafts_total")
+    drafted = total(after, "lmdeploy:spec_decode_num_draft_tokens_total")
+    accepted = total(after, "lmdeploy:spec_decode_num_accepted_tokens_total")
+    per_pos = total(after, "lmdeploy:spec_decode_num_accepted_tokens_per_pos_total")
+    assert drafts > 0
+    assert 0 <= accepted <= drafted <= K * drafts
+    assert per_pos == accepted
+    # Every verification step emits accepted + 1 tokens (the last step may emit fewer at max_tokens).
+    assert gen <= accepted + drafts + 2
+    labels = [k for k in after if k.startswith("lmdeploy:spec_decode_num_accepted_tokens_per_pos_total")]
+    assert any('position="0"' in k and 'model_name="toy"' in k and 'engine="0"' in k for k in labels)
+
+
+def test_metrics_text_format(server) -> None:
+    text = httpx.get(server.metrics_url, timeout=10).text
+    for name in ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total",
+                 "spec_decode_num_accepted_tokens_total", "spec_decode_num_accepted_tokens_per_pos_total",
+                 "generation_tokens_total", "prompt_tokens_total"):  # fmt: skip
+        assert f"# TYPE lmdeploy:{name} counter" in text
+    assert "_created" not in text
+
+
+def test_bad_requests(server) -> None:
+    r = httpx.post(f"{server.base_url}/v1/chat/completions", json={"messages": []}, timeout=10)
+    assert r.status_code == 400
+    r = httpx.post(f"{server.base_url}/v1/completions", json={"model": "other", "prompt": "x"}, timeout=10)
+    assert r.status_code == 404
+
+
+def test_stop_leaves_no_process(serve_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    """A second, plain (K = 0) server: baseline counters stay at 0, and stop() leaves nothing behind."""
+    target, _ = serve_pair
+    cfg = SpecqConfig.model_validate(
+        {"model": {"model_path": str(target)}, "engine": {"engine": "embedded", "device": "cpu"}}
+    )
+    engine = create_engine(cfg, tmp_path)
+    with engine:
+        pid = engine.pid
+        assert pid is not None and os.getpgid(pid) == pid  # its own process group
+        r = httpx.post(f"{engine.base_url}/v1/completions", json={"prompt": "x", "max_tokens": 3}, timeout=60)
+        assert r.status_code == 200
+        m = scrape(engine.metrics_url)
+        assert total(m, "lmdeploy:spec_decode_num_drafts_total") == 0
+        assert total(m, "lmdeploy:generation_tokens_total") == r.json()["usage"]["completion_tokens"]
+    assert not pid_alive(pid)
+    assert not group_alive(pid)
+    assert engine.log_path.is_file()
