@@ -30,6 +30,9 @@ class Scrape:
     generation_tokens: float | None = None
     decode_time_sum: float | None = None
     decode_time_count: float | None = None
+    # The server's own running figures (LMDeploy gauges, cumulative since it started): a cross-check.
+    mean_accept_length: float | None = None
+    mean_accept_rate: float | None = None
     ok: bool = True
     error: str | None = None
 
@@ -78,6 +81,10 @@ def parse_metrics(text: str) -> Scrape:
                 s.decode_time_sum = _add(s.decode_time_sum, v)
             elif short == "request_decode_time_seconds_count":
                 s.decode_time_count = _add(s.decode_time_count, v)
+            elif short == "spec_decode_mean_accept_length":
+                s.mean_accept_length = v
+            elif short == "spec_decode_mean_accept_rate":
+                s.mean_accept_rate = v
     if s.prefix is None:
         s.prefix = next((p for fam in families for p in PREFIXES if fam.name.startswith(p)), None)
     return s
@@ -138,6 +145,8 @@ def acceptance(before: Scrape, after: Scrape, *, settled: bool = True) -> Accept
         acceptance_length=1.0 + accepted / drafts,
         per_position=per_pos,
         settled=settled,
+        server_mean_acceptance_length=after.mean_accept_length,
+        server_mean_acceptance_rate=after.mean_accept_rate,
     )
 
 

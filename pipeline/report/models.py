@@ -91,6 +91,10 @@ class Acceptance(BaseModel):
     client_tokens_per_chunk: float | None = None  # client-side estimate of τ (one chunk per step)
     client_disagrees: bool = False
     settled: bool = True  # the "after" scrape was stable (two scrapes agreed)
+    # What the server itself reports (LMDeploy's gauges, cumulative since the server started, warm-up
+    # included): equal to the diffs above when the run is the server's whole life.
+    server_mean_acceptance_length: float | None = None
+    server_mean_acceptance_rate: float | None = None
 
 
 class ServerCheck(BaseModel):
