@@ -299,11 +299,12 @@ def run_bench(
             f"no tokenizer recount ({why}); per-chunk token counts from usage and text length"
         )
     ctx = RunContext(cfg, workload, counter, progress)
+    start_errors: list[SpecqError] = []
     try:
         if b.url:
             _external(report, ctx)
         else:
-            _sweep(report, ctx, engine_factory or _default_factory(), out)
+            start_errors = _sweep(report, ctx, engine_factory or _default_factory(), out)
     except KeyboardInterrupt:
         report.complete = False
         report.notes.append("interrupted: partial report")
@@ -313,6 +314,9 @@ def run_bench(
     finalize(report, cfg, counter)
     write_outputs(report, out)
     progress(f"report written to {out}")
+    if start_errors and all(r.status == "server-failed" for r in report.runs):
+        # Not one server came up: that is the user's problem to fix (its own exit code), not a result.
+        raise start_errors[0]
     return report
 
 
@@ -331,8 +335,10 @@ def _external(report: BenchReport, ctx: RunContext) -> None:
         ctx.measure(run, base, base + "/metrics", model)
 
 
-def _sweep(report: BenchReport, ctx: RunContext, factory: EngineFactory, out: Path) -> None:
+def _sweep(report: BenchReport, ctx: RunContext, factory: EngineFactory, out: Path) -> list[SpecqError]:
+    """Run every planned server; returns the start-up errors (each also recorded as a failed run)."""
     b = ctx.cfg.bench
+    errors: list[SpecqError] = []
     for label, k, variant in sweep_plan(ctx.cfg):
         run_dir = out / "servers" / label.replace("=", "")
         ctx.progress(f"{label}: starting the server")
@@ -342,6 +348,7 @@ def _sweep(report: BenchReport, ctx: RunContext, factory: EngineFactory, out: Pa
             engine.start()
             engine.wait_ready(variant.engine.ready_timeout_s)
         except SpecqError as e:
+            errors.append(e)
             tail = _tail(engine.log_path if engine is not None else None)
             if engine is not None:
                 engine.stop()
@@ -379,6 +386,7 @@ def _sweep(report: BenchReport, ctx: RunContext, factory: EngineFactory, out: Pa
                     break
         finally:
             engine.stop()
+    return errors
 
 
 def finalize(report: BenchReport, cfg: SpecqConfig, counter: TokenCounter | None) -> None:

@@ -100,6 +100,13 @@ def test_faults_stay_local_to_their_run(tmp_path):
     assert report.complete
 
 
+def test_no_server_starting_is_an_error_not_a_result(tmp_path):
+    with pytest.raises(ProcessFailed, match="refused to start"):
+        run_bench(config(tmp_path, draft_tokens=[3]), engine_factory=factory(fail_start={0, 3}))
+    report = BenchReport.load(tmp_path / "out" / "report.json")
+    assert [r.status for r in report.runs] == ["server-failed", "server-failed"]
+
+
 def test_ctrl_c_writes_a_partial_report(tmp_path):
     def progress(msg: str) -> None:
         if msg.startswith("k=4: starting"):
