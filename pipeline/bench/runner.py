@@ -16,7 +16,6 @@ import platform
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from ..config.models import SpecqConfig
 from ..errors import EnvironmentMissing, SpecqError
@@ -413,9 +412,3 @@ def finalize(report: BenchReport, cfg: SpecqConfig, counter: TokenCounter | None
 
         old = _R.load(b.baseline_report)
     report.gates = evaluate_gates(report, min_speedup=b.min_speedup, old=old, max_regression=b.max_regression)
-
-
-def summary_rows(report: BenchReport) -> list[dict[str, Any]]:
-    from ..report.formatters import run_rows
-
-    return run_rows(report)

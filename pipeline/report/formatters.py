@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -306,7 +305,3 @@ def render(report: BenchReport, fmt: str) -> str:
     if fmt not in FORMATTERS:
         raise UsageError(f"unknown format '{fmt}'; choose one of {', '.join(sorted(FORMATTERS))}")
     return FORMATTERS[fmt](report)
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, indent=2, default=str)

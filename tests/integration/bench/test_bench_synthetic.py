@@ -206,3 +206,23 @@ def test_cli_usage_errors(cli, tmp_path):
     (tmp_path / "x.json").write_text('{"kind": "specq-bench", "schema_version": "9.0"}')
     code, _, err = cli("report", "show", str(tmp_path / "x.json"))
     assert code == 2 and "schema" in err
+
+
+def test_completion_mode_and_prompts_file(synthetic_url, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(
+        '{"id": "a", "prompt": "def add(a, b):"}\n'
+        '{"id": "b", "messages": [{"role": "user", "content": "hi"}]}\n'
+    )
+    cfg = config(
+        tmp_path, url=synthetic_url, mode="completion", prompts=str(prompts), suite=None, requests=2, warmup=0
+    )
+    report = run_bench(cfg)
+    run = report.runs[0]
+    assert (
+        run.status == "ok"
+        and [r.id for r in run.requests] == ["a", "b"]
+        or {r.id for r in run.requests} == {"a", "b"}
+    )
+    assert all(r.output_tokens == MAX_TOKENS and r.chunk_token_source == "chars" for r in run.requests)
+    assert report.workload.source == f"file:{prompts}"
