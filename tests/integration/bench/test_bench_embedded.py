@@ -42,6 +42,9 @@ def test_embedded_sweep_with_baseline_and_gate(cli, bench_pair, tmp_path):
         assert acc.server_mean_acceptance_rate == pytest.approx(acc.acceptance_rate, rel=1e-9)
         assert run.lossless is not None and run.lossless.passed, run.lossless
         assert run.lossless.unit == "tokens"
+        # per-chunk counts come from the target's own tokenizer; its recount is checked against usage
+        assert run.aggregate.chunk_token_sources == {"tokenizer": 2}
+        assert all(r.tokenizer_tokens is not None for r in run.requests)
         assert run.server is not None and run.server.generation_tokens == run.aggregate.output_tokens
         assert run.speedup is not None
     assert report.gates[0].name == "min_speedup" and not report.gates[0].passed
