@@ -119,9 +119,10 @@ def _footer(report: BenchReport) -> list[str]:
     lines = []
     if report.best_k:
         bk = report.best_k
-        lines.append(
-            f"recommended draft tokens: k={bk.recommended_k} (predicted speedup {bk.predicted_speedup:.2f}x)"
-        )
+        line = f"recommended draft tokens: k={bk.recommended_k} (predicted {bk.predicted_speedup:.2f}x)"
+        if bk.predicted_speedup < 1.0:
+            line += " - below 1: speculation does not pay off here; serve without it"
+        lines.append(line)
     for g in report.gates:
         lines.append(f"gate {g.name}: {'passed' if g.passed else 'FAILED'} — {g.reason}")
     if not report.complete:
