@@ -1,11 +1,97 @@
-"""`specq bench`."""
+"""`specq bench`: measure a running server (`--url`) or sweep draft-token counts against a paired baseline
+on servers specq starts itself; the work is `specq.pipeline.bench.run_bench`."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-from ._stub import stub
+from ._common import ConfigOpt, JsonOpt, emit_json, out, progress, resolve
+
+Opt = typer.Option
+
+
+def bench(
+    model: Annotated[str | None, typer.Argument(help="Target checkpoint to serve (omit with --url).")] = None,
+    draft_model: Annotated[str | None, Opt("--draft-model", help="Draft checkpoint.")] = None,
+    engine: Annotated[str | None, Opt("--engine", help="lmdeploy | embedded | auto.")] = None,
+    backend: Annotated[str | None, Opt("--backend", help="turbomind | pytorch | auto.")] = None,
+    method: Annotated[
+        str | None, Opt("--method", help="Speculative method (default: from the draft).")
+    ] = None,
+    draft_tokens: Annotated[str | None, Opt("--draft-tokens", help="k values: 3..6, 3,4,6 or 4.")] = None,
+    baseline_engine: Annotated[
+        str | None, Opt("--baseline-engine", help="same | turbomind | pytorch | embedded (comma list).")
+    ] = None,
+    url: Annotated[str | None, Opt("--url", help="Benchmark this running server (one run).")] = None,
+    served_model: Annotated[str | None, Opt("--model", help="Model name at --url (default: first).")] = None,
+    suite: Annotated[
+        str | None, Opt("--suite", help="Built-in suite: code, math, chat, ... or mixed.")
+    ] = None,
+    prompts: Annotated[str | None, Opt("--prompts", help="JSONL with prompt or messages per line.")] = None,
+    dataset: Annotated[str | None, Opt("--dataset", help="datasets name or local file/dir.")] = None,
+    field: Annotated[str | None, Opt("--field", help="Dataset field holding the prompt.")] = None,
+    mode: Annotated[str | None, Opt("--mode", help="chat | completion.")] = None,
+    requests: Annotated[int | None, Opt("--requests", help="Requests per run.")] = None,
+    max_tokens: Annotated[int | None, Opt("--max-tokens", help="Output tokens per request.")] = None,
+    concurrency: Annotated[str | None, Opt("--concurrency", help="In-flight requests, e.g. 1,4,8.")] = None,
+    warmup: Annotated[int | None, Opt("--warmup", help="Unmeasured requests before each run.")] = None,
+    repeats: Annotated[int | None, Opt("--repeats", help="Times each prompt is sent.")] = None,
+    temperature: Annotated[float | None, Opt("--temperature")] = None,
+    seed: Annotated[int | None, Opt("--seed")] = None,
+    ignore_eos: Annotated[bool | None, Opt("--ignore-eos/--no-ignore-eos", help="Default off.")] = None,
+    tokenizer: Annotated[str | None, Opt("--tokenizer", help="Local tokenizer for the recount.")] = None,
+    timeout: Annotated[float | None, Opt("--timeout", help="Seconds per request.")] = None,
+    max_error_rate: Annotated[
+        str | None, Opt("--max-error-rate", help="Fail a run above this, e.g. 10%.")
+    ] = None,
+    gpu_bandwidth: Annotated[float | None, Opt("--gpu-bandwidth", help="GB/s for the roofline.")] = None,
+    out_dir: Annotated[str | None, Opt("--out", help="Report directory.")] = None,
+    min_speedup: Annotated[float | None, Opt("--min-speedup", help="Gate: best k's speedup ≥ X.")] = None,
+    baseline_report: Annotated[
+        str | None, Opt("--baseline-report", help="Gate: an older report.json.")
+    ] = None,
+    max_regression: Annotated[
+        str | None, Opt("--max-regression", help="Gate: allowed drop, e.g. 5%.")
+    ] = None,
+    config: ConfigOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Benchmark tokens/s, per-token latency, acceptance (from /metrics), NVML telemetry and the best
+    draft-token count; a sweep restarts the server for every k next to a k = 0 baseline. Writes
+    report.json, runs.csv, summary.md and plots to --out. Gates exit 3.
+
+    Example: specq bench ./target --draft-model ./draft --draft-tokens 3..6 --min-speedup 1.2
+    """
+    from specq.pipeline.bench import run_bench
+    from specq.pipeline.report.compare import enforce_gates
+    from specq.pipeline.report.formatters import render
+
+    cfg = resolve(
+        config,
+        model=dict(model_path=model, draft_model_path=draft_model),
+        engine=dict(engine=engine, backend=backend),
+        speculative=dict(method=method),
+        bench=dict(
+            url=url, served_model_name=served_model, draft_tokens=draft_tokens,
+            baseline_engine=baseline_engine,
+            suite=suite, prompts=prompts, dataset=dataset, field=field, mode=mode, requests=requests,
+            max_tokens=max_tokens, concurrency=concurrency, warmup=warmup, repeats=repeats,
+            temperature=temperature, seed=seed, ignore_eos=ignore_eos, tokenizer=tokenizer,
+            request_timeout_s=timeout, max_error_rate=max_error_rate, gpu_bandwidth_gbps=gpu_bandwidth,
+            out=out_dir, min_speedup=min_speedup, baseline_report=baseline_report,
+            max_regression=max_regression,
+        ),
+    )  # fmt: skip
+    report = run_bench(cfg, progress=progress, out_dir=Path(out_dir) if out_dir else None)
+    if json_:
+        emit_json(report.model_dump(mode="json"))
+    else:
+        out.print(render(report, "table"), end="", highlight=False, markup=False)
+    enforce_gates(report)
 
 
 def register(app: typer.Typer) -> None:
-    stub(app, "bench", "Benchmark a server: tokens/s, latency, acceptance, NVML, draft-token sweeps.")
+    app.command("bench")(bench)

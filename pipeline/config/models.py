@@ -114,12 +114,54 @@ class ConvertSection(Section):
     )
 
 
+def parse_int_list(value: object) -> object:
+    """`3..6` → [3, 4, 5, 6]; `3,4,6` → [3, 4, 6]; `5` → [5]; lists pass through."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if not isinstance(value, str):
+        return value
+    out: list[int] = []
+    for part in value.replace(" ", "").split(","):
+        if not part:
+            continue
+        try:
+            if ".." in part:
+                lo, hi = (int(x) for x in part.split("..", 1))
+                if hi < lo:
+                    raise ValueError(f"empty range '{part}'")
+                out.extend(range(lo, hi + 1))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise ValueError(f"expected integers like 3..6 or 3,4,6, got '{value}'") from None
+    return sorted(set(out))
+
+
+def parse_fraction(value: object) -> object:
+    """`5%` → 0.05; `0.05` → 0.05."""
+    if isinstance(value, str):
+        v = value.strip()
+        try:
+            return float(v[:-1]) / 100 if v.endswith("%") else float(v)
+        except ValueError:
+            raise ValueError(
+                f"expected a fraction like 0.05 or a percentage like 5%, got '{value}'"
+            ) from None
+    return value
+
+
+BaselineEngine = Literal["same", "turbomind", "pytorch", "embedded"]
+
+
 class BenchSection(Section):
-    url: str | None = None
+    url: str | None = Field(None, description="benchmark a running server (one run, no sweep)")
     served_model_name: str | None = None
     draft_tokens: list[int] = Field(default_factory=lambda: [3, 4, 5, 6])
     baseline: bool = True
-    baseline_engine: Literal["same", "turbomind", "pytorch", "embedded"] = "same"
+    baseline_engine: list[BaselineEngine] = Field(
+        default_factory=lambda: ["same"],  # type: ignore[arg-type]
+        description="engine(s) for the k = 0 baseline run(s)",
+    )
     suite: str | None = "mixed"
     prompts: str | None = None
     dataset: str | None = None
@@ -133,8 +175,12 @@ class BenchSection(Section):
     seed: int = 0
     ignore_eos: bool = False
     mode: Literal["chat", "completion"] = "chat"
+    tokenizer: str | None = Field(
+        None, description="local tokenizer for the per-chunk recount; default: MODEL"
+    )
     request_timeout_s: float = Field(300.0, gt=0)
     max_error_rate: float = Field(0.1, ge=0, le=1)
+    metrics_settle_timeout_s: float = Field(15.0, ge=0, description="poll /metrics until two scrapes agree")
     nvml_interval_s: float = Field(0.1, gt=0)
     gpu_bandwidth_gbps: float | None = Field(None, gt=0)
     out: str | None = None
@@ -142,12 +188,34 @@ class BenchSection(Section):
     baseline_report: str | None = None
     max_regression: float | None = Field(None, ge=0, description="fraction, 0.05 = 5 %")
 
+    @field_validator("draft_tokens", "concurrency", mode="before")
+    @classmethod
+    def _int_lists(cls, v: object) -> object:
+        return parse_int_list(v)
+
+    @field_validator("baseline_engine", mode="before")
+    @classmethod
+    def _engines(cls, v: object) -> object:
+        return [x.strip() for x in v.split(",") if x.strip()] if isinstance(v, str) else v
+
+    @field_validator("max_regression", "max_error_rate", mode="before")
+    @classmethod
+    def _fraction(cls, v: object) -> object:
+        return parse_fraction(v)
+
     @field_validator("draft_tokens")
     @classmethod
     def _ks(cls, v: list[int]) -> list[int]:
         bad = [k for k in v if not 0 <= k <= 15]
         if bad:
             raise ValueError(f"draft token counts must be in 0..15, got {bad}")
+        return v
+
+    @field_validator("concurrency")
+    @classmethod
+    def _conc(cls, v: list[int]) -> list[int]:
+        if not v or any(c < 1 for c in v):
+            raise ValueError(f"concurrency values must be >= 1, got {v}")
         return v
 
 

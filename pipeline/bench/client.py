@@ -1,0 +1,393 @@
+"""The streaming client: sends OpenAI-compatible chat or completion requests over httpx (async, SSE) and
+times every content chunk. Tokens, not chunks, are what latency is measured per:
+
+* The request asks for `stream_options: {include_usage: true}`; the final usage's `completion_tokens` is
+  the authoritative output-token count.
+* How many tokens each chunk carried (a speculative server streams one verify step — several tokens — per
+  chunk) comes, in order of preference, from per-chunk cumulative usage when the server sends it
+  (`usage-stream`), from a local tokenizer that re-tokenizes the output and assigns each token to the chunk
+  holding its last character (`tokenizer`), from the chunks' character lengths scaled to the usage total
+  (`chars`), and — only when the server sends no usage and no tokenizer is available — one per chunk
+  (`chunks`, flagged in the report). Whatever the source, per-chunk counts are scaled so that they sum to
+  the usage total; a tokenizer recount that differs from it is flagged, never silently used.
+* Per-token ITL: a chunk's gap since the previous content chunk is spread evenly over its n tokens. Tokens
+  that arrive with the first chunk have no gap to measure (they count in TPOT, not as ITL samples).
+  TPOT = (last content chunk − first content chunk) / (output tokens − 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..report.models import RequestRecord, TokenSource
+from .workload import Mode, Prompt
+
+
+class TokenCounter(Protocol):
+    """What the client needs from a tokenizer."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def counts_per_chunk(self, texts: Sequence[str]) -> list[int]: ...
+
+
+class HFTokenCounter:
+    """A local Hugging Face tokenizer (transformers imported lazily, on first use)."""
+
+    def __init__(self, path: str):
+        from transformers import AutoTokenizer
+
+        self.path = path
+        self.tok = AutoTokenizer.from_pretrained(path)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tok(text, add_special_tokens=False)["input_ids"])
+
+    def counts_per_chunk(self, texts: Sequence[str]) -> list[int]:
+        full = "".join(texts)
+        counts = [0] * len(texts)
+        if not full:
+            return counts
+        ends, pos = [], 0
+        for t in texts:
+            pos += len(t)
+            ends.append(pos)
+        if getattr(self.tok, "is_fast", False):
+            enc = self.tok(full, add_special_tokens=False, return_offsets_mapping=True)
+            for start, end in enc["offset_mapping"]:
+                char = max(end - 1, start)
+                counts[min(bisect.bisect_right(ends, char), len(texts) - 1)] += 1
+            return counts
+        # Slow tokenizers have no offsets: count the growth of the prefix's token count chunk by chunk.
+        prev = 0
+        for i, e in enumerate(ends):
+            n = len(self.encode(full[:e]))
+            counts[i], prev = max(n - prev, 0), n
+        return counts
+
+
+def load_token_counter(path: str | None) -> tuple[TokenCounter | None, str | None]:
+    """A tokenizer for the recount, or None and why not (never fatal: usage stays authoritative)."""
+    if not path:
+        return None, "no local tokenizer given"
+    from ..hardware import module_present
+
+    if not module_present("transformers"):
+        return None, "transformers is not installed (pip install 'specq[ml]')"
+    try:
+        return HFTokenCounter(path), None
+    except Exception as e:  # a directory without tokenizer files, a broken tokenizer.json
+        return None, f"tokenizer at {path} did not load: {type(e).__name__}"
+
+
+# ----------------------------------------------------------------------------------------------- token math
+
+
+def scale_counts(weights: Sequence[float], total: int, *, min_one: bool = True) -> list[int]:
+    """Integer counts proportional to `weights` that sum to `total` (largest remainder); with `min_one`
+    every chunk gets at least one token when the total allows it (taken from the largest counts)."""
+    n = len(weights)
+    if n == 0:
+        return []
+    w = [max(float(x), 0.0) for x in weights]
+    if sum(w) <= 0:
+        w = [1.0] * n
+    s = sum(w)
+    raw = [total * x / s for x in w]
+    counts = [int(r) for r in raw]
+    left = total - sum(counts)
+    order = sorted(range(n), key=lambda i: (raw[i] - counts[i], -i), reverse=True)
+    for i in order[:left]:
+        counts[i] += 1
+    if min_one and total >= n:
+        for i in range(n):
+            if counts[i] == 0:
+                j = max(range(n), key=lambda m: (counts[m], -m))
+                counts[j] -= 1
+                counts[i] = 1
+    return counts
+
+
+def per_token_latencies(
+    chunk_times: Sequence[float], chunk_tokens: Sequence[int]
+) -> tuple[list[float], float | None]:
+    """(ITL per token, TPOT) from content-chunk arrival times and their token counts.
+
+    A chunk carrying n tokens contributes n ITL samples of gap/n, where gap is the time since the previous
+    chunk that carried tokens. Chunks with 0 tokens are skipped (their gap folds into the next one)."""
+    itl: list[float] = []
+    prev: float | None = None
+    first: float | None = None
+    last: float | None = None
+    total = 0
+    for t, n in zip(chunk_times, chunk_tokens, strict=True):
+        if n <= 0:
+            continue
+        total += n
+        if prev is None:
+            first = t
+        else:
+            gap = (t - prev) / n
+            itl.extend([gap] * n)
+        prev = last = t
+    tpot = (last - first) / (total - 1) if first is not None and last is not None and total > 1 else None
+    return itl, tpot
+
+
+def chunk_token_counts(
+    texts: Sequence[str],
+    cumulative_usage: Sequence[int | None],
+    usage_total: int | None,
+    counter: TokenCounter | None,
+) -> tuple[list[int], TokenSource, int | None, bool]:
+    """(tokens per chunk, source, tokenizer recount, recount disagrees with usage)."""
+    n = len(texts)
+    recount: int | None = None
+    mismatch = False
+    if n and all(u is not None for u in cumulative_usage):
+        counts, prev = [], 0
+        for u in cumulative_usage:
+            counts.append(max(int(u or 0) - prev, 0))
+            prev = int(u or 0)
+        if counter is not None:
+            recount = sum(counter.counts_per_chunk(texts))
+            mismatch = usage_total is not None and recount != usage_total
+        total = usage_total if usage_total is not None else sum(counts)
+        if sum(counts) != total:
+            counts = scale_counts(counts, total)
+        return counts, "usage-stream", recount, mismatch
+    if counter is not None:
+        counts = counter.counts_per_chunk(texts)
+        recount = sum(counts)
+        if usage_total is not None and recount != usage_total:
+            mismatch = True
+            counts = scale_counts([c + 1e-9 for c in counts], usage_total)
+        return counts, "tokenizer", recount, mismatch
+    if usage_total is not None:
+        return scale_counts([len(t) for t in texts], usage_total), "chars", None, False
+    return [1] * n, "chunks", None, False
+
+
+# ----------------------------------------------------------------------------------------------- requests
+
+
+@dataclass
+class RequestSpec:
+    mode: Mode
+    model: str
+    max_tokens: int
+    temperature: float
+    seed: int | None = None
+    ignore_eos: bool = False
+    timeout_s: float = 300.0
+
+    def payload(self, prompt: Prompt) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if self.seed is not None:
+            body["seed"] = self.seed
+        if self.ignore_eos:
+            body["ignore_eos"] = True
+        if self.mode == "chat":
+            body["messages"] = prompt.as_messages()
+        else:
+            body["prompt"] = prompt.as_text()
+        return body
+
+    @property
+    def path(self) -> str:
+        return "/v1/chat/completions" if self.mode == "chat" else "/v1/completions"
+
+
+@dataclass
+class _Stream:
+    times: list[float] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    cumulative: list[int | None] = field(default_factory=list)
+    stamps: list[float] = field(default_factory=list)
+    usage_completion: int | None = None
+    usage_prompt: int | None = None
+    finish_reason: str | None = None
+
+
+def _chunk_text(choice: dict[str, Any], mode: Mode) -> str:
+    if mode == "completion" or "text" in choice:
+        return str(choice.get("text") or "")
+    delta = choice.get("delta") or {}
+    return str(delta.get("content") or "") + str(delta.get("reasoning_content") or "")
+
+
+def _json_loads() -> Callable[[bytes], Any]:
+    try:
+        import orjson  # optional: about 3x faster per chunk, which matters at tens of thousands of tokens/s
+
+        return orjson.loads  # type: ignore[no-any-return]
+    except ImportError:
+        return json.loads
+
+
+_loads = _json_loads()
+
+
+def _handle_event(s: _Stream, data: bytes, now: float, mode: Mode, t0: float) -> bool:
+    """Fold one SSE `data:` payload into the stream; False at `[DONE]`."""
+    if data == b"[DONE]":
+        return False
+    try:
+        chunk = _loads(data)
+    except ValueError:
+        raise RuntimeError(f"malformed SSE data: {data[:80]!r}") from None
+    if "error" in chunk and not chunk.get("choices"):
+        err = chunk["error"]
+        raise RuntimeError(f"server error: {err.get('message', err) if isinstance(err, dict) else err}")
+    usage = chunk.get("usage") or None
+    choices = chunk.get("choices") or []
+    text = "".join(_chunk_text(c, mode) for c in choices)
+    for c in choices:
+        if c.get("finish_reason"):
+            s.finish_reason = c["finish_reason"]
+    if text:
+        s.times.append(now - t0)
+        s.texts.append(text)
+        s.cumulative.append(int(usage["completion_tokens"]) if usage else None)
+        if "specq_t" in chunk:
+            s.stamps.append(float(chunk["specq_t"]) - t0)
+    if usage:
+        s.usage_completion = int(usage.get("completion_tokens", 0))
+        s.usage_prompt = usage.get("prompt_tokens")
+    return True
+
+
+async def _stream(client: Any, url: str, body: dict[str, Any], mode: Mode, t0: float) -> _Stream:
+    """Read the SSE body network read by network read: every event in one read gets that read's arrival
+    time (they did arrive together), and no per-line decoding is done before it is needed."""
+    s = _Stream()
+    async with client.stream("POST", url, json=body) as resp:
+        if resp.status_code != 200:
+            text = (await resp.aread()).decode("utf-8", "replace")
+            raise RuntimeError(f"HTTP {resp.status_code}: {' '.join(text.split())[:200]}")
+        buf = b""
+        async for raw in resp.aiter_bytes():
+            now = time.perf_counter()
+            buf += raw
+            while True:
+                cut = buf.find(b"\n")
+                if cut < 0:
+                    break
+                line, buf = buf[:cut].rstrip(b"\r"), buf[cut + 1 :]
+                if line.startswith(b"data:") and not _handle_event(s, line[5:].strip(), now, mode, t0):
+                    return s
+    return s
+
+
+async def send_request(
+    client: Any,
+    base_url: str,
+    spec: RequestSpec,
+    prompt: Prompt,
+    *,
+    repeat: int = 0,
+    run_t0: float = 0.0,
+    counter: TokenCounter | None = None,
+) -> RequestRecord:
+    """One streamed request → its record (errors and timeouts are recorded, never raised)."""
+    import httpx
+
+    t0 = time.perf_counter()
+    rec = RequestRecord(id=prompt.id, category=prompt.category, repeat=repeat, start_s=t0 - run_t0)
+    try:
+        s = await asyncio.wait_for(
+            _stream(client, base_url.rstrip("/") + spec.path, spec.payload(prompt), spec.mode, t0),
+            spec.timeout_s,
+        )
+    except (asyncio.TimeoutError, httpx.TimeoutException):
+        rec.ok, rec.error = False, f"timeout after {spec.timeout_s:g} s"
+        rec.e2e_s = time.perf_counter() - t0
+        return rec
+    except httpx.HTTPError as e:
+        rec.ok, rec.error = False, f"{type(e).__name__}: {e}".strip()[:300]
+        rec.e2e_s = time.perf_counter() - t0
+        return rec
+    except RuntimeError as e:
+        rec.ok, rec.error = False, str(e)[:300]
+        rec.e2e_s = time.perf_counter() - t0
+        return rec
+    rec.e2e_s = time.perf_counter() - t0
+    fill_record(rec, s.times, s.texts, s.cumulative, s.usage_completion, counter)
+    rec.prompt_tokens = s.usage_prompt
+    rec.finish_reason = s.finish_reason
+    if s.stamps and len(s.stamps) == len(s.times):
+        rec.server_chunk_times = [round(t, 7) for t in s.stamps]
+    return rec
+
+
+def fill_record(
+    rec: RequestRecord,
+    times: Sequence[float],
+    texts: Sequence[str],
+    cumulative: Sequence[int | None],
+    usage_total: int | None,
+    counter: TokenCounter | None,
+) -> RequestRecord:
+    counts, source, recount, mismatch = chunk_token_counts(texts, cumulative, usage_total, counter)
+    rec.chunk_times = [round(t, 7) for t in times]
+    rec.chunk_tokens = counts
+    rec.chunk_token_source = source
+    rec.usage_tokens = usage_total
+    rec.tokenizer_tokens = recount
+    rec.token_count_mismatch = mismatch
+    rec.output_tokens = usage_total if usage_total is not None else sum(counts)
+    rec.output_text = "".join(texts)
+    rec.ttft_s = times[0] if times else None
+    return rec
+
+
+async def run_requests(
+    base_url: str,
+    spec: RequestSpec,
+    prompts: Sequence[Prompt],
+    *,
+    concurrency: int,
+    repeats: int = 1,
+    counter: TokenCounter | None = None,
+    on_done: Callable[[RequestRecord], None] | None = None,
+    sink: list[RequestRecord] | None = None,
+) -> tuple[list[RequestRecord], float]:
+    """Send every prompt `repeats` times with at most `concurrency` in flight; (records, wall seconds).
+    Records are appended to `sink` as they finish, so an interrupted run keeps what completed."""
+    import httpx
+
+    queue: asyncio.Queue[tuple[int, Prompt]] = asyncio.Queue()
+    for r in range(repeats):
+        for p in prompts:
+            queue.put_nowait((r, p))
+    records: list[RequestRecord] = sink if sink is not None else []
+    limits = httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=concurrency + 2)
+    timeout = httpx.Timeout(spec.timeout_s, connect=min(spec.timeout_s, 30.0))
+    t0 = time.perf_counter()
+    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+
+        async def worker() -> None:
+            while True:
+                try:
+                    r, p = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                rec = await send_request(client, base_url, spec, p, repeat=r, run_t0=t0, counter=counter)
+                records.append(rec)
+                if on_done is not None:
+                    on_done(rec)
+
+        await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
+    return records, time.perf_counter() - t0

@@ -1,0 +1,113 @@
+"""Comparing two reports run by run (same label and concurrency), and the CI gates: `--min-speedup X` (the
+best speculative run's measured speedup over its baseline) and `--baseline-report OLD.json
+--max-regression P` (no run's output tokens/s may drop by more than P against the old report)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import GateFailed
+from .models import BenchReport, Gate, Run
+
+METRICS: dict[str, tuple[str, bool]] = {
+    # name: (how to read it, higher is better)
+    "output_tokens_per_s": ("aggregate.output_tokens_per_s", True),
+    "speedup": ("speedup", True),
+    "ttft_p50_s": ("aggregate.ttft_s.p50", False),
+    "tpot_mean_s": ("aggregate.tpot_s.mean", False),
+    "itl_p90_s": ("aggregate.itl_s.p90", False),
+    "acceptance_length": ("acceptance.acceptance_length", True),
+    "acceptance_rate": ("acceptance.acceptance_rate", True),
+}
+
+
+def metric(run: Run, path: str) -> float | None:
+    obj: Any = run
+    for part in path.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return float(obj)
+
+
+def compare(a: BenchReport, b: BenchReport) -> list[dict[str, Any]]:
+    """One row per (run, metric) present in both reports: A, B, delta, relative change (B vs A)."""
+    rows = []
+    for rb in b.runs:
+        ra = a.run(rb.label, rb.concurrency)
+        if ra is None:
+            continue
+        for name, (path, higher) in METRICS.items():
+            va, vb = metric(ra, path), metric(rb, path)
+            if va is None and vb is None:
+                continue
+            delta = None if va is None or vb is None else vb - va
+            rel = None if delta is None or not va else delta / abs(va)
+            rows.append(
+                {"run": rb.key, "metric": name, "a": va, "b": vb, "delta": delta, "rel_change": rel,
+                 "higher_is_better": higher}
+            )  # fmt: skip
+    return rows
+
+
+def best_speculative(report: BenchReport) -> Run | None:
+    spec = [r for r in report.runs if not r.baseline and r.status == "ok" and r.speedup is not None]
+    return max(spec, key=lambda r: r.speedup or 0.0, default=None)
+
+
+def evaluate_gates(
+    report: BenchReport,
+    *,
+    min_speedup: float | None = None,
+    old: BenchReport | None = None,
+    max_regression: float | None = None,
+) -> list[Gate]:
+    gates: list[Gate] = []
+    if min_speedup is not None:
+        best = best_speculative(report)
+        if best is None:
+            gates.append(Gate(name="min_speedup", passed=False, reason="no speculative run completed with a "
+                              "paired baseline, so no speedup was measured"))  # fmt: skip
+        else:
+            ok = (best.speedup or 0.0) >= min_speedup
+            gates.append(
+                Gate(
+                    name="min_speedup",
+                    passed=ok,
+                    reason=f"best speedup {best.speedup:.3f}x ({best.key}) "
+                    f"{'>=' if ok else '<'} required {min_speedup:g}x",
+                )
+            )
+    if old is not None and max_regression is not None:
+        worst: tuple[float, str] | None = None
+        for run in report.runs:
+            prev = old.run(run.label, run.concurrency)
+            if prev is None or run.status != "ok" or prev.status != "ok":
+                continue
+            va, vb = prev.aggregate.output_tokens_per_s, run.aggregate.output_tokens_per_s
+            if not va or vb is None:
+                continue
+            rel = (vb - va) / va
+            if worst is None or rel < worst[0]:
+                worst = (rel, run.key)
+        if worst is None:
+            gates.append(Gate(name="max_regression", passed=False,
+                              reason="no completed run in common with the baseline report"))  # fmt: skip
+        else:
+            ok = worst[0] >= -max_regression
+            gates.append(
+                Gate(
+                    name="max_regression",
+                    passed=ok,
+                    reason=f"worst output tok/s change {worst[0]:+.1%} ({worst[1]}) vs baseline report; "
+                    f"allowed -{max_regression:.1%}",
+                )
+            )
+    return gates
+
+
+def enforce_gates(report: BenchReport) -> None:
+    """Raise GateFailed (exit 3) with a one-line reason when a gate in the report failed."""
+    failed = [g for g in report.gates if not g.passed]
+    if failed:
+        raise GateFailed("gate failed: " + "; ".join(f"{g.name}: {g.reason}" for g in failed))

@@ -1,0 +1,296 @@
+"""The benchmark report: a versioned pydantic document (`schema_version`) holding everything a run measured —
+versions, GPU and driver, the full resolved config, the workload digest, per-request records, per-run
+aggregates, acceptance from the server's counters, telemetry series, gates — so a saved report can be
+re-rendered, compared and gated later without the server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from ..errors import InputError
+
+SCHEMA_VERSION = "1.0"
+
+
+class Stats(BaseModel):
+    n: int = 0
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    min: float | None = None
+    max: float | None = None
+
+    @classmethod
+    def of(cls, values: list[float]) -> Stats:
+        if not values:
+            return cls()
+        import numpy as np
+
+        a = np.asarray(values, dtype=float)
+        p50, p90, p99 = (float(x) for x in np.percentile(a, [50, 90, 99]))
+        return cls(
+            n=len(values),
+            mean=float(a.mean()),
+            p50=p50,
+            p90=p90,
+            p99=p99,
+            min=float(a.min()),
+            max=float(a.max()),
+        )
+
+
+TokenSource = Literal["usage-stream", "tokenizer", "chars", "chunks"]
+
+
+class RequestRecord(BaseModel):
+    """One request. Times are seconds; `chunk_times` are arrivals of content chunks after the send."""
+
+    id: str
+    category: str
+    repeat: int = 0
+    ok: bool = True
+    error: str | None = None
+    start_s: float = 0.0  # since the run started
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None  # the server's usage when it sent one (authoritative)
+    usage_tokens: int | None = None
+    tokenizer_tokens: int | None = None  # local recount (cross-check)
+    token_count_mismatch: bool = False
+    chunk_token_source: TokenSource | None = None
+    finish_reason: str | None = None
+    chunk_times: list[float] = Field(default_factory=list)
+    chunk_tokens: list[int] = Field(default_factory=list)
+    # Send times the server stamped on its chunks (`specq_t`, CLOCK_MONOTONIC, same clock as the client's),
+    # relative to the client's send: only servers that stamp (the synthetic one) fill it. It lets the
+    # client's own timing error be measured apart from the server's jitter.
+    server_chunk_times: list[float] | None = None
+    output_text: str = ""
+
+    @property
+    def chunks(self) -> int:
+        return len(self.chunk_times)
+
+
+class Acceptance(BaseModel):
+    """Speculative-decoding acceptance over one run, from the diff of the server's /metrics counters."""
+
+    source: str  # metric prefix, e.g. "lmdeploy:" or "vllm:"
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    acceptance_rate: float | None = None  # accepted / draft tokens
+    acceptance_length: float | None = None  # 1 + accepted / drafts (τ)
+    per_position: list[float] = Field(default_factory=list)  # accepted at position i / drafts
+    client_tokens_per_chunk: float | None = None  # client-side estimate of τ (one chunk per step)
+    client_disagrees: bool = False
+    settled: bool = True  # the "after" scrape was stable (two scrapes agreed)
+    # What the server itself reports (LMDeploy's gauges, cumulative since the server started, warm-up
+    # included): equal to the diffs above when the run is the server's whole life.
+    server_mean_acceptance_length: float | None = None
+    server_mean_acceptance_rate: float | None = None
+
+
+class ServerCheck(BaseModel):
+    """The server's own token and time counters, next to the client's figures."""
+
+    generation_tokens: float | None = None
+    decode_time_s: float | None = None
+    server_decode_tokens_per_s: float | None = None
+    client_decode_tokens_per_s: float | None = None
+    client_output_tokens: int | None = None
+    tokens_rel_diff: float | None = None  # (client - server) / server, output tokens
+    rate_rel_diff: float | None = None
+
+
+class TelemetrySample(BaseModel):
+    t: float
+    gpu: int
+    util_pct: float | None = None
+    mem_used_bytes: int | None = None
+    power_w: float | None = None
+    energy_j: float | None = None  # the GPU's total-energy counter, relative to the first sample
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    temp_c: float | None = None
+    throttle_reasons: int | None = None
+
+
+class Telemetry(BaseModel):
+    status: str = "unavailable"  # "ok" or "unavailable: <why>"
+    interval_s: float = 0.1
+    gpus: list[int] = Field(default_factory=list)
+    samples: list[TelemetrySample] = Field(default_factory=list)
+    util_mean_pct: float | None = None
+    mem_peak_bytes: int | None = None
+    power_mean_w: float | None = None
+    power_peak_w: float | None = None
+    energy_j: float | None = None
+    energy_source: str | None = None  # "counter" or "power-integral"
+    throttle_reasons_seen: list[str] = Field(default_factory=list)
+    joules_per_output_token: float | None = None
+    joules_per_accepted_token: float | None = None
+
+
+class Roofline(BaseModel):
+    weight_bytes_per_token: int
+    bandwidth_gbps: float
+    bandwidth_source: str
+    ceiling_tokens_per_s: float
+    decode_tokens_per_s: float
+    fraction: float
+
+
+class Lossless(BaseModel):
+    """Temperature-0 outputs of a speculative run against the baseline's, prompt by prompt."""
+
+    compared: int
+    exact_matches: int
+    exact_match_rate: float
+    mean_prefix_agreement: float  # common prefix / longer output, averaged
+    unit: Literal["tokens", "chars"]
+    mismatches: list[dict[str, Any]] = Field(default_factory=list)  # id, first divergence, lengths
+    passed: bool
+
+
+class RunAggregate(BaseModel):
+    requests: int = 0
+    ok: int = 0
+    errors: int = 0
+    error_rate: float = 0.0
+    duration_s: float = 0.0
+    output_tokens: int = 0
+    output_tokens_per_s: float | None = None  # aggregate: all output tokens / run wall time
+    request_tokens_per_s: Stats = Field(default_factory=Stats)  # per request: tokens / e2e
+    decode_tokens_per_s: Stats = Field(default_factory=Stats)  # per request: (tokens - 1) / (e2e - ttft)
+    ttft_s: Stats = Field(default_factory=Stats)
+    e2e_s: Stats = Field(default_factory=Stats)
+    itl_s: Stats = Field(default_factory=Stats)  # per token: a chunk's gap spread over its tokens
+    tpot_s: Stats = Field(default_factory=Stats)  # per request: (last - first token) / (tokens - 1)
+    tokens_per_chunk: float | None = None
+    token_count_mismatches: int = 0
+    chunk_token_sources: dict[str, int] = Field(default_factory=dict)
+
+
+class Run(BaseModel):
+    label: str  # "baseline", "baseline-turbomind", "k=4", "external"
+    draft_tokens: int  # 0 = no speculation; -1 = unknown (external server)
+    concurrency: int
+    engine: str | None = None
+    backend: str | None = None
+    baseline: bool = False
+    status: Literal["ok", "failed", "server-failed", "interrupted"] = "ok"
+    reason: str | None = None
+    log_tail: str | None = None
+    started_at: str | None = None
+    requests: list[RequestRecord] = Field(default_factory=list)
+    aggregate: RunAggregate = Field(default_factory=RunAggregate)
+    acceptance: Acceptance | None = None
+    server: ServerCheck | None = None
+    telemetry: Telemetry = Field(default_factory=Telemetry)
+    roofline: Roofline | None = None
+    lossless: Lossless | None = None
+    speedup: float | None = None  # output tok/s over the paired baseline's at the same concurrency
+    baseline_label: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.label}@c{self.concurrency}"
+
+
+class BestK(BaseModel):
+    recommended_k: int
+    predicted_speedup: float
+    step_cost_fixed: float
+    step_cost_per_token: float
+    acceptance_by_position: list[float]
+    rows: list[dict[str, Any]]  # k, predicted, measured
+
+
+class Gate(BaseModel):
+    name: str
+    passed: bool
+    reason: str
+
+
+class EngineInfo(BaseModel):
+    name: str | None = None
+    version: str | None = None
+    url: str | None = None
+    model: str | None = None
+
+
+class HostInfo(BaseModel):
+    platform: str
+    python: str
+    cpu_count: int | None = None
+    gpus: list[dict[str, Any]] = Field(default_factory=list)
+    driver: str | None = None
+
+
+class WorkloadInfo(BaseModel):
+    source: str
+    digest: str
+    requests: int
+    categories: dict[str, int]
+    mode: str
+    max_tokens: int
+    temperature: float
+
+
+class BenchReport(BaseModel):
+    schema_version: str = SCHEMA_VERSION
+    kind: Literal["specq-bench"] = "specq-bench"
+    created_at: str
+    complete: bool = True
+    specq_version: str
+    engine: EngineInfo = Field(default_factory=EngineInfo)
+    versions: dict[str, str | None] = Field(default_factory=dict)
+    host: HostInfo
+    config: dict[str, Any] = Field(default_factory=dict)
+    workload: WorkloadInfo
+    runs: list[Run] = Field(default_factory=list)
+    best_k: BestK | None = None
+    gates: list[Gate] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+    def run(self, label: str, concurrency: int) -> Run | None:
+        return next((r for r in self.runs if r.label == label and r.concurrency == concurrency), None)
+
+    def save(self, path: str | Path) -> Path:
+        from ..fsutil import atomic_write_text
+
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(p, self.model_dump_json(indent=1))
+        return p
+
+    @classmethod
+    def load(cls, path: str | Path) -> BenchReport:
+        p = Path(path)
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise InputError(f"{p}: no such report") from None
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise InputError(f"{p}: not a readable JSON report ({type(e).__name__})") from None
+        if not isinstance(data, dict) or data.get("kind") != "specq-bench":
+            raise InputError(f"{p}: not a specq bench report")
+        major = str(data.get("schema_version", "0")).split(".")[0]
+        if major != SCHEMA_VERSION.split(".")[0]:
+            raise InputError(
+                f"{p}: report schema {data.get('schema_version')} is not readable by this specq "
+                f"(schema {SCHEMA_VERSION})"
+            )
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            raise InputError(f"{p}: invalid report at {where}: {first['msg']}") from None

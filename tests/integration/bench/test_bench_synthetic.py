@@ -1,0 +1,228 @@
+"""The whole benchmark against real HTTP servers: the synthetic streaming server (known schedule, counters
+it controls) behind the serve stage's Engine interface, so acceptance, lossless, faults, Ctrl-C, reports
+and gates are checked exactly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specq.pipeline.bench.runner import run_bench
+from specq.pipeline.bench.synthetic import SyntheticEngine, plan_chunks, start_server, stop_server
+from specq.pipeline.config.models import SpecqConfig
+from specq.pipeline.errors import ProcessFailed
+from specq.pipeline.report import BenchReport
+
+pytestmark = pytest.mark.integration
+MAX_TOKENS = 24
+PATTERN = [2, 1, 3, 0]  # the synthetic server's default --accept-pattern
+
+
+def config(tmp_path, **bench) -> SpecqConfig:
+    cfg = SpecqConfig()
+    cfg.model.model_path = None
+    b = {
+        "draft_tokens": [3, 4],
+        "requests": 4,
+        "max_tokens": MAX_TOKENS,
+        "warmup": 1,
+        "metrics_settle_timeout_s": 5.0,
+        "out": str(tmp_path / "out"),
+        "suite": "code",
+    }
+    b.update(bench)
+    cfg.bench = cfg.bench.model_validate(b)
+    return cfg
+
+
+def factory(per_k: dict[int, list[str]] | None = None, fail_start: set[int] | None = None):
+    def make(cfg, run_dir, progress):
+        k = cfg.model.num_draft_tokens
+        if fail_start and k in fail_start:
+            raise ProcessFailed(f"engine for k={k} refused to start (test)")
+        extra = ["--step-s", "0.001", "--ttft-s", "0.003", *(per_k or {}).get(k, [])]
+        return SyntheticEngine(cfg, run_dir, progress, *extra)
+
+    return make
+
+
+def expected_acceptance(k: int, requests: int) -> tuple[float, float, list[float]]:
+    steps = plan_chunks(k, MAX_TOKENS, PATTERN, 1)[1:]
+    drafts = len(steps) * requests
+    accepted = sum(s - 1 for s in steps) * requests
+    per_pos = [sum(1 for s in steps if s - 1 > i) * requests / drafts for i in range(k)]
+    return drafts, accepted, per_pos
+
+
+def test_sweep_with_baseline(tmp_path):
+    report = run_bench(config(tmp_path), engine_factory=factory())
+    assert [r.label for r in report.runs] == ["baseline", "k=3", "k=4"]
+    assert all(r.status == "ok" for r in report.runs), [r.reason for r in report.runs]
+    assert report.complete and report.runs[0].baseline and report.runs[0].acceptance is None
+    for run in report.runs[1:]:
+        k = run.draft_tokens
+        drafts, accepted, per_pos = expected_acceptance(k, 4)
+        acc = run.acceptance
+        assert acc is not None and acc.settled
+        assert acc.drafts == drafts and acc.accepted_tokens == accepted and acc.draft_tokens == drafts * k
+        assert acc.acceptance_length == pytest.approx(1 + accepted / drafts)
+        assert acc.acceptance_rate == pytest.approx(accepted / (drafts * k))
+        assert acc.per_position == pytest.approx(per_pos)
+        # one chunk = one verify step here, so the client's estimate equals the server's τ
+        assert acc.client_tokens_per_chunk == pytest.approx(acc.acceptance_length)
+        assert not acc.client_disagrees
+        assert run.lossless is not None and run.lossless.passed and run.lossless.compared == 4
+        assert run.speedup is not None and run.baseline_label == "baseline"
+        assert run.server is not None and run.server.generation_tokens == run.aggregate.output_tokens
+    assert report.runs[0].aggregate.output_tokens == 4 * MAX_TOKENS
+    assert report.best_k is not None and report.best_k.recommended_k >= 1
+    out = tmp_path / "out"
+    loaded = BenchReport.load(out / "report.json")
+    assert loaded.model_dump() == json.loads(report.model_dump_json())
+    assert len((out / "runs.csv").read_text().splitlines()) == 4
+    assert "| k=4 |" in (out / "summary.md").read_text()
+    for png in ("throughput_vs_k", "acceptance_by_position", "latency_percentiles"):
+        assert (out / "plots" / f"{png}.png").stat().st_size > 1000
+    assert (out / "servers" / "k3" / "server.log").exists()
+
+
+def test_faults_stay_local_to_their_run(tmp_path):
+    cfg = config(tmp_path, draft_tokens=[2, 3, 4], max_error_rate=0.1)
+    per_k = {2: ["--fail-every", "2"], 3: ["--die-after", "2"]}
+    report = run_bench(cfg, engine_factory=factory(per_k, fail_start={4}))
+    by = {r.label: r for r in report.runs}
+    assert by["baseline"].status == "ok"
+    assert by["k=2"].status == "failed" and "error rate" in (by["k=2"].reason or "")
+    assert by["k=2"].aggregate.errors == 2 and "HTTP 500" in (by["k=2"].requests[0].error or "")
+    assert by["k=3"].status == "server-failed" and "died" in (by["k=3"].reason or "")
+    assert by["k=4"].status == "server-failed" and "did not start" in (by["k=4"].reason or "")
+    assert report.complete
+
+
+def test_no_server_starting_is_an_error_not_a_result(tmp_path):
+    with pytest.raises(ProcessFailed, match="refused to start"):
+        run_bench(config(tmp_path, draft_tokens=[3]), engine_factory=factory(fail_start={0, 3}))
+    report = BenchReport.load(tmp_path / "out" / "report.json")
+    assert [r.status for r in report.runs] == ["server-failed", "server-failed"]
+
+
+def test_ctrl_c_writes_a_partial_report(tmp_path):
+    def progress(msg: str) -> None:
+        if msg.startswith("k=4: starting"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_bench(config(tmp_path), engine_factory=factory(), progress=progress)
+    partial = BenchReport.load(tmp_path / "out" / "report.json")
+    assert not partial.complete and [r.label for r in partial.runs] == ["baseline", "k=3"]
+
+
+@pytest.fixture(scope="module")
+def synthetic_url():
+    proc, url = start_server("--k", "4", "--step-s", "0.001", "--ttft-s", "0.003")
+    yield url
+    stop_server(proc)
+
+
+def test_cli_external_server_and_reports(cli, synthetic_url, tmp_path):
+    a = tmp_path / "a"
+    code, out, err = cli(
+        "bench",
+        "--url",
+        synthetic_url,
+        "--requests",
+        "3",
+        "--max-tokens",
+        "16",
+        "--warmup",
+        "0",
+        "--out",
+        str(a),
+        "--json",
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["schema_version"] and doc["runs"][0]["label"] == "external"
+    assert doc["runs"][0]["acceptance"]["acceptance_length"] > 1
+    code, out, _ = cli("report", "show", str(a / "report.json"), "--format", "csv")
+    assert code == 0 and out.startswith("run,draft_tokens,concurrency")
+    code, out, _ = cli("report", "show", str(a / "report.json"))
+    assert code == 0 and "external" in out
+    code, out, _ = cli("report", "compare", str(a / "report.json"), str(a / "report.json"), "--json")
+    assert code == 0 and all(r["delta"] in (0, None) for r in json.loads(out)["rows"])
+
+
+def test_cli_gates_exit_3(cli, synthetic_url, tmp_path):
+    code, _, err = cli(
+        "bench",
+        "--url",
+        synthetic_url,
+        "--requests",
+        "2",
+        "--max-tokens",
+        "8",
+        "--warmup",
+        "0",
+        "--out",
+        str(tmp_path / "g"),
+        "--min-speedup",
+        "1.5",
+    )
+    last = err.strip().splitlines()[-1]
+    # an external run has no paired baseline, so no speedup was measured: the gate fails, one line
+    assert code == 3 and last.startswith("specq: error: gate failed: min_speedup")
+    old = BenchReport.load(tmp_path / "g" / "report.json")
+    for r in old.runs:
+        r.aggregate.output_tokens_per_s = (r.aggregate.output_tokens_per_s or 1) * 10
+    old.save(tmp_path / "old.json")
+    code, _, err = cli(
+        "bench",
+        "--url",
+        synthetic_url,
+        "--requests",
+        "2",
+        "--max-tokens",
+        "8",
+        "--warmup",
+        "0",
+        "--out",
+        str(tmp_path / "h"),
+        "--baseline-report",
+        str(tmp_path / "old.json"),
+        "--max-regression",
+        "5%",
+    )
+    assert code == 3 and "max_regression" in err.strip().splitlines()[-1]
+
+
+def test_cli_usage_errors(cli, tmp_path):
+    code, _, err = cli("bench", "--requests", "2")
+    assert code == 2 and "nothing to benchmark" in err
+    code, _, err = cli("bench", "--url", "http://127.0.0.1:9", "--max-regression", "5%")
+    assert code == 2 and "--baseline-report" in err
+    code, _, err = cli("report", "show", str(tmp_path / "missing.json"))
+    assert code == 2 and "no such report" in err
+    (tmp_path / "x.json").write_text('{"kind": "specq-bench", "schema_version": "9.0"}')
+    code, _, err = cli("report", "show", str(tmp_path / "x.json"))
+    assert code == 2 and "schema" in err
+
+
+def test_completion_mode_and_prompts_file(synthetic_url, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(
+        '{"id": "a", "prompt": "def add(a, b):"}\n'
+        '{"id": "b", "messages": [{"role": "user", "content": "hi"}]}\n'
+    )
+    cfg = config(
+        tmp_path, url=synthetic_url, mode="completion", prompts=str(prompts), suite=None, requests=2, warmup=0
+    )
+    report = run_bench(cfg)
+    run = report.runs[0]
+    assert (
+        run.status == "ok"
+        and [r.id for r in run.requests] == ["a", "b"]
+        or {r.id for r in run.requests} == {"a", "b"}
+    )
+    assert all(r.output_tokens == MAX_TOKENS and r.chunk_token_source == "chars" for r in run.requests)
+    assert report.workload.source == f"file:{prompts}"

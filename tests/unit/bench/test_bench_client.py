@@ -1,0 +1,103 @@
+"""Per-token latency and token counting from streamed chunks (the parts that must stay exact when one
+chunk carries several tokens)."""
+
+from __future__ import annotations
+
+import pytest
+
+from specq.pipeline.bench.client import chunk_token_counts, fill_record, per_token_latencies, scale_counts
+from specq.pipeline.report.models import RequestRecord
+
+
+class WordCounter:
+    """A tokenizer stand-in whose tokens are whitespace-led words (like the synthetic server's)."""
+
+    def encode(self, text: str) -> list[int]:
+        return [hash(w) for w in text.split()]
+
+    def counts_per_chunk(self, texts):
+        return [len(t.split()) for t in texts]
+
+
+def test_multi_token_chunk_gap_is_spread_over_its_tokens():
+    # first chunk (1 token) at 100 ms, then chunks of 3, 1, 4 tokens every 30 ms
+    itl, tpot = per_token_latencies([0.100, 0.130, 0.160, 0.190], [1, 3, 1, 4])
+    assert itl == pytest.approx([0.01] * 3 + [0.03] + [0.0075] * 4)
+    assert len(itl) == 8  # tokens after the first, never chunks
+    assert tpot == pytest.approx(0.090 / 8)
+    assert sum(itl) == pytest.approx(0.090)
+
+
+def test_tokens_in_first_chunk_count_in_tpot_not_itl():
+    itl, tpot = per_token_latencies([0.05, 0.07], [3, 2])
+    assert itl == pytest.approx([0.01, 0.01])
+    assert tpot == pytest.approx(0.02 / 4)
+
+
+def test_empty_chunks_fold_their_gap_into_the_next():
+    itl, _ = per_token_latencies([0.0, 0.01, 0.03], [1, 0, 2])
+    assert itl == pytest.approx([0.015, 0.015])
+
+
+def test_single_token_has_no_tpot():
+    assert per_token_latencies([0.1], [1]) == ([], None)
+    assert per_token_latencies([], []) == ([], None)
+
+
+def test_uniform_schedule_recovers_the_true_itl():
+    # 50 chunks, 2 ms apart, alternating 1 and 4 tokens: every token's ITL is gap / tokens
+    times = [0.01 + 0.002 * j for j in range(50)]
+    counts = [1 if j % 2 else 4 for j in range(50)]
+    itl, tpot = per_token_latencies(times, counts)
+    assert len(itl) == sum(counts) - counts[0]
+    assert tpot == pytest.approx(0.002 * 49 / (sum(counts) - 1))
+
+
+@pytest.mark.parametrize(
+    "weights,total,expected",
+    [
+        ([7, 21, 14, 28], 10, [1, 3, 2, 4]),
+        ([1, 1, 1], 3, [1, 1, 1]),
+        ([0, 5], 2, [1, 1]),
+        ([3, 3], 1, [1, 0]),
+    ],
+)
+def test_scale_counts_is_proportional_and_exact(weights, total, expected):
+    got = scale_counts(weights, total)
+    assert got == expected and sum(got) == total
+
+
+def test_counts_from_streamed_usage():
+    counts, src, recount, mismatch = chunk_token_counts(["a", "b c", "d"], [1, 3, 4], 4, None)
+    assert (counts, src, recount, mismatch) == ([1, 2, 1], "usage-stream", None, False)
+
+
+def test_counts_from_tokenizer_agree_with_usage():
+    counts, src, recount, mismatch = chunk_token_counts([" a", " b c d", " e"], [None] * 3, 5, WordCounter())
+    assert (counts, src, recount, mismatch) == ([1, 3, 1], "tokenizer", 5, False)
+
+
+def test_tokenizer_disagreement_is_flagged_and_usage_wins():
+    counts, src, recount, mismatch = chunk_token_counts([" a", " b c d", " e"], [None] * 3, 7, WordCounter())
+    assert src == "tokenizer" and recount == 5 and mismatch
+    assert sum(counts) == 7
+
+
+def test_counts_from_characters_without_tokenizer():
+    counts, src, _, _ = chunk_token_counts(
+        [" w00001", " w00002 w00003 w00004", " w00005"], [None] * 3, 5, None
+    )
+    assert (counts, src) == ([1, 3, 1], "chars")
+
+
+def test_no_usage_no_tokenizer_is_marked_chunks():
+    counts, src, _, _ = chunk_token_counts(["ab", "cd"], [None, None], None, None)
+    assert src == "chunks" and counts == [1, 1]
+
+
+def test_fill_record_uses_usage_as_the_output_count():
+    rec = fill_record(
+        RequestRecord(id="x", category="c"), [0.1, 0.2], [" a b", " c"], [None, None], 3, WordCounter()
+    )
+    assert rec.output_tokens == 3 and rec.tokenizer_tokens == 3 and rec.chunk_tokens == [2, 1]
+    assert rec.ttft_s == 0.1 and rec.output_text == " a b c"
