@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from specq.pipeline.config import SpecqConfig, resolve_config
 
@@ -41,8 +42,9 @@ def debug(msg: str) -> None:
 
 
 def progress(msg: str) -> None:
-    """The progress callback handed to pipeline functions."""
-    info(f"[cyan]•[/cyan] {msg}")
+    """The progress callback handed to pipeline functions. Their messages carry paths and pip extras such
+    as specq[lmdeploy], so they are never read as rich markup."""
+    info(f"[cyan]•[/cyan] {escape(msg)}")
 
 
 def typed(**options: Any) -> dict[str, Any]:

@@ -40,7 +40,13 @@ def quantize(
         str | None, Opt("--backend", help="gptqmodel (default) | llmcompressor | autoawq | lmdeploy.")
     ] = None,
     bits: Annotated[int | None, Opt("--bits", help="Weight bits (TurboMind: 4).")] = None,
-    group_size: Annotated[int | None, Opt("--group-size", help="128 (default), 64 or 32.")] = None,
+    group_size: Annotated[
+        int | None,
+        Opt(
+            "--group-size",
+            help="128 (TurboMind; others need --no-turbomind-check).",
+        ),
+    ] = None,
     sym: Annotated[
         bool | None, Opt("--sym/--asym", help="Symmetric (GPTQ default) or with zero points (AWQ default).")
     ] = None,

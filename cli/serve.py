@@ -16,13 +16,7 @@ from typer.core import TyperCommand, TyperGroup
 from specq.pipeline.config.models import Method
 from specq.pipeline.serve import run
 
-from ._common import ConfigOpt, JsonOpt, emit_json, info, out, resolve
-from ._common import progress as _progress
-
-
-def progress(message: str) -> None:
-    """Pipeline messages carry paths and pip extras like specq[lmdeploy]: never read them as markup."""
-    _progress(escape(message))
+from ._common import ConfigOpt, JsonOpt, emit_json, info, out, progress, resolve
 
 
 class DefaultStartGroup(TyperGroup):

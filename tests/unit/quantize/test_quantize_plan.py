@@ -24,10 +24,11 @@ def test_method_follows_the_intended_use() -> None:
 @pytest.mark.parametrize(
     ("method", "bits", "group", "sym", "desc_act", "reason"),
     [
-        ("gptq", 8, 128, True, False, "bits=8"),
-        ("gptq", 4, 256, True, False, "group_size=256"),
+        ("gptq", 8, 128, True, False, "8-bit gptq"),
+        ("gptq", 4, 256, True, False, "group_size 256"),
+        ("awq", 4, 64, False, False, "group_size 64"),
         ("gptq", 4, 128, False, False, "asymmetric"),
-        ("gptq", 4, 128, True, True, "act-order"),
+        ("gptq", 4, 128, True, True, "desc_act"),
         ("awq", 4, 128, True, False, "zero points"),
     ],
 )
@@ -37,7 +38,7 @@ def test_turbomind_refusals(
     assert any(reason in p for p in turbomind_problems(method, bits, group, sym, desc_act))
 
 
-@pytest.mark.parametrize("group", [128, 64, 32])
+@pytest.mark.parametrize("group", [128])  # LMDeploy 0.18 converter.py: AWQ/GPTQ verified at 128 only
 def test_turbomind_accepts_its_group_sizes(group: int) -> None:
     assert turbomind_problems("gptq", 4, group, True, False) == []
     assert turbomind_problems("awq", 4, group, False, False) == []
@@ -98,7 +99,7 @@ def test_cli_auto_gptq_is_one_line(cli, model_dir: Path, tmp_path: Path) -> None
 def test_cli_turbomind_refusal(cli, model_dir: Path, tmp_path: Path) -> None:
     args = ["--method", "gptq", "--group-size", "256", "--calib", "x.jsonl", "--out", str(tmp_path / "o")]
     code, _, err = cli("quantize", str(model_dir), *args)
-    assert code == 2 and "group_size=256" in _one_line(err)
+    assert code == 2 and "group_size 256" in _one_line(err)
     assert not (tmp_path / "o").exists()
 
 
