@@ -31,19 +31,6 @@ def max_draft_tokens(draft: Checkpoint | None) -> int:
     return MAX_DRAFT_TOKENS
 
 
-def dflash_last_layer_problem(target: Checkpoint, draft: Checkpoint) -> list[str]:
-    if draft.draft_kind != "dflash":
-        return []
-    layers = target.text_config.get("num_hidden_layers")
-    ids = (draft.config.get("dflash_config") or {}).get("target_layer_ids") or []
-    if layers is not None and int(layers) - 1 in [int(i) for i in ids]:
-        return [
-            f"DFlash target_layer_ids {ids} include the target's last layer ({int(layers) - 1}),"
-            " which LMDeploy feeds pre-norm and the drafter was trained on post-norm"
-        ]
-    return []
-
-
 def pair_problems(
     target: Checkpoint, draft: Checkpoint | None, draft_tokens: int | None, engine: Engine
 ) -> list[str]:
@@ -51,8 +38,7 @@ def pair_problems(
     k = draft_tokens if draft_tokens is not None else 1  # without K, only K-independent checks bite
     if draft is None:
         return check_draft(target, None, "qwen3_5_mtp", k, engine)
-    problems = check_draft(target, draft, None, k, engine)
-    return problems + [p for p in dflash_last_layer_problem(target, draft) if p not in problems]
+    return check_draft(target, draft, None, k, engine)
 
 
 def draft_report(

@@ -123,6 +123,12 @@ def check_draft(
                 problems.append(f"DFlash target_layer_ids {bad} out of range for a {t_layers}-layer target")
             elif list(ids) != sorted(set(ids)):
                 problems.append(f"DFlash target_layer_ids {ids} must be strictly increasing")
+            elif t_layers - 1 in [int(i) for i in ids]:
+                # transformers returns the last layer post-norm, LMDeploy feeds it pre-norm: never use it
+                problems.append(
+                    f"DFlash target_layer_ids {ids} include the target's last layer ({t_layers - 1}),"
+                    " which LMDeploy feeds pre-norm and the drafter was trained on post-norm"
+                )
         block = dcfg.get("block_size")
         if block is not None and draft_tokens + 1 > int(block):
             problems.append(
