@@ -1,14 +1,78 @@
-"""`specq toy`."""
+"""`specq toy build`: build (or reuse from the cache) the project's own tiny target/draft pair and copy it
+to OUT."""
 
 from __future__ import annotations
 
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-from ._stub import stub
+from ._common import JsonOpt, emit_json, err, info, out, progress
 
 toy_app = typer.Typer(help="Build the project's own tiny target/draft model pair.", no_args_is_help=True)
 
 
+class Size(str, Enum):
+    small = "small"
+    medium = "medium"
+
+
+def build(
+    out_dir: Annotated[
+        Path, typer.Argument(metavar="OUT", help="Directory to receive target/, draft/ and toy_report.json.")
+    ],
+    size: Annotated[
+        Size, typer.Option("--size", help="small: CPU, minutes; medium: tens of millions of params, GPU.")
+    ] = Size.small,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed of the build (same seed, same machine: same models).")
+    ] = 0,
+    force: Annotated[
+        bool, typer.Option("--force", help="Rebuild even if the cache holds this pair.")
+    ] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Build the toy Qwen3 target and its distilled draft (cached under ${SPECQ_CACHE:-~/.cache/specq}/toy).
+
+    Example: specq toy build specq-out/toy --size small --seed 0
+    """
+    from specq.pipeline.toy import build_toy_pair, export_toy_pair
+
+    pair = export_toy_pair(build_toy_pair(size.value, seed, force=force, progress=progress), out_dir)
+    report = pair.load_report()
+    if json_:
+        emit_json(
+            {"root": pair.root, "target": pair.target, "draft": pair.draft, "report": report.model_dump()}
+        )
+        return
+    _acceptance_table(report)
+    out.print(f"target: {pair.target}\ndraft:  {pair.draft}\nreport: {pair.report}", highlight=False)
+
+
+def _acceptance_table(report: object) -> None:
+    from rich.table import Table
+
+    from specq.pipeline.toy import ToyReport
+
+    assert isinstance(report, ToyReport)
+    info(
+        f"target {report.target.params / 1e6:.2f}M params, held-out perplexity "
+        f"{report.target.heldout_perplexity:.2f}; draft {report.draft.params / 1e6:.2f}M, "
+        f"{report.draft.heldout_perplexity:.2f}"
+    )
+    table = Table(title="greedy acceptance of the draft (held-out code prompts)", title_justify="left")
+    for col in ("k", "accepted/step", "rate", "tokens/step", "per position"):
+        table.add_column(col, justify="right")
+    for a in report.acceptance.by_k:
+        per = " ".join(f"{r:.2f}" for r in a.per_position)
+        table.add_row(
+            str(a.k), f"{a.mean_accepted:.2f}", f"{a.acceptance_rate:.0%}", f"{a.tokens_per_step:.2f}", per
+        )
+    err.print(table)
+
+
 def register(app: typer.Typer) -> None:
-    stub(toy_app, "build", "Build the project's own tiny target/draft model pair.")
+    toy_app.command("build")(build)
     app.add_typer(toy_app, name="toy")

@@ -38,3 +38,22 @@ def _no_debug(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("SPECQ_") and "__" in name:
             monkeypatch.delenv(name)
+
+
+@pytest.fixture(scope="session")
+def toy_corpus():
+    """The toy code corpus (this interpreter's standard library): `.train` and `.heldout` lists of texts."""
+    from specq.pipeline.toy.corpus import load_corpus
+
+    return load_corpus()
+
+
+@pytest.fixture(scope="session")
+def toy_pair():
+    """The small toy target/draft pair (ToyPair: .root, .target, .draft, .report), built once and cached
+    under ${SPECQ_CACHE:-~/.cache/specq}/toy; later runs reuse it. Skips if torch/transformers are missing."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from specq.pipeline.toy import build_toy_pair
+
+    return build_toy_pair("small", seed=0)

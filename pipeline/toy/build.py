@@ -1,0 +1,344 @@
+"""Build (or reuse) the toy target/draft pair: tokenizer, target training, draft distillation, held-out
+perplexity, acceptance measurement, and the cache that makes every later call free.
+
+The cache key hashes the size, the seed, the corpus digest and TOY_FORMAT_VERSION (bump it whenever a
+change here changes what a build produces); it does not hash source files. Builders of the same key take
+a file lock, build in a temporary directory and rename it into place, so concurrent callers neither
+corrupt the cache nor train twice."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from ..errors import InputError, UsageError, missing_package
+from ..fsutil import atomic_dir
+from ..progress import Progress, null_progress
+from .acceptance import AcceptanceAtK, heldout_prompts, measure_acceptance
+from .corpus import Corpus, load_corpus
+from .models import SIZES, SizePreset, param_count, qwen3_config
+
+TOY_FORMAT_VERSION = 1
+REPORT_NAME = "toy_report.json"
+MAX_K = 6
+
+
+@dataclass(frozen=True)
+class ToyPair:
+    """A built pair: `root` holds `target/`, `draft/` (Hugging Face dirs) and `toy_report.json`."""
+
+    root: Path
+    target: Path
+    draft: Path
+    report: Path
+
+    @classmethod
+    def at(cls, root: Path) -> ToyPair:
+        return cls(root, root / "target", root / "draft", root / REPORT_NAME)
+
+    def load_report(self) -> ToyReport:
+        return ToyReport.model_validate_json(self.report.read_text(encoding="utf-8"))
+
+
+class ToyModelReport(BaseModel):
+    params: int
+    shape: dict[str, int]
+    train_steps: int
+    train_seconds: float
+    final_loss: float  # target: cross-entropy (nats/token); draft: KL(target || draft) per token
+    loss_kind: str
+    heldout_perplexity: float
+
+
+class AcceptanceReport(BaseModel):
+    definition: str
+    prompts: int
+    prompt_tokens: int
+    new_tokens: int
+    by_k: list[AcceptanceAtK]
+
+
+class ToyReport(BaseModel):
+    schema_version: int = 1
+    format_version: int = TOY_FORMAT_VERSION
+    size: str
+    seed: int
+    cache_key: str
+    corpus: dict[str, Any]
+    tokenizer: dict[str, Any]
+    preset: dict[str, Any]
+    target: ToyModelReport
+    draft: ToyModelReport
+    acceptance: AcceptanceReport
+    sample: dict[str, str]
+    build_seconds: float
+    device: str
+    torch_threads: int
+    versions: dict[str, str]
+
+    def acceptance_at(self, k: int) -> AcceptanceAtK:
+        return next(a for a in self.acceptance.by_k if a.k == k)
+
+
+def cache_root(cache_dir: str | Path | None = None) -> Path:
+    """`cache_dir` or ${SPECQ_CACHE:-~/.cache/specq}; pairs live in its `toy/` folder."""
+    base = cache_dir or os.environ.get("SPECQ_CACHE") or Path.home() / ".cache" / "specq"
+    return Path(base).expanduser() / "toy"
+
+
+def cache_key(size: str, seed: int, corpus_digest: str) -> str:
+    blob = json.dumps([size, seed, corpus_digest, TOY_FORMAT_VERSION]).encode()
+    return f"{size}-s{seed}-{hashlib.sha256(blob).hexdigest()[:16]}"
+
+
+def _preset(size: str) -> SizePreset:
+    if size not in SIZES:
+        raise UsageError(f"unknown toy size '{size}'; choose one of: {', '.join(SIZES)}")
+    return SIZES[size]
+
+
+@contextlib.contextmanager
+def _build_lock(path: Path, progress: Progress) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): atomic_dir alone still keeps the cache consistent
+        yield
+        return
+    with path.open("w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress("another process is building this toy pair; waiting for it")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def build_toy_pair(
+    size: str = "small",
+    seed: int = 0,
+    *,
+    force: bool = False,
+    cache_dir: str | Path | None = None,
+    progress: Progress = null_progress,
+) -> ToyPair:
+    """Return the cached pair for (size, seed, corpus), building it first if needed (or if `force`)."""
+    preset = _preset(size)
+    corpus = load_corpus()
+    root = cache_root(cache_dir)
+    dest = root / cache_key(size, seed, corpus.digest)
+    pair = ToyPair.at(dest)
+    if pair.report.is_file() and not force:
+        return pair
+    with _build_lock(root / f".{dest.name}.lock", progress):
+        if pair.report.is_file() and not force:  # built by another process while we waited
+            return pair
+        with atomic_dir(dest, overwrite=True) as tmp:
+            _build(tmp, size, preset, seed, corpus, dest.name, progress)
+    return pair
+
+
+def export_toy_pair(pair: ToyPair, out: str | Path) -> ToyPair:
+    """Copy a built pair to `out`. An existing `out` is replaced only if it holds an earlier toy pair."""
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not (out / REPORT_NAME).is_file():
+        raise InputError(f"{out} exists and is not a toy pair; choose another OUT or remove it")
+    with atomic_dir(out, overwrite=True) as tmp:
+        for name in ("target", "draft"):
+            shutil.copytree(getattr(pair, name), tmp / name)
+        shutil.copy2(pair.report, tmp / REPORT_NAME)
+    return ToyPair.at(out)
+
+
+def _take(texts: list[str], chars: int) -> list[str]:
+    """An evenly spread, deterministic subset of about `chars` characters."""
+    total = sum(len(t) for t in texts)
+    stride = max(1, -(-total // max(1, chars)))
+    return texts[::stride]
+
+
+def _torch() -> Any:
+    try:
+        import torch
+        import transformers  # noqa: F401
+    except ImportError as e:
+        raise missing_package(e.name or "torch", "ml") from e
+    return torch
+
+
+@contextlib.contextmanager
+def _threads(torch: Any, n: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _build(
+    out: Path, size: str, preset: SizePreset, seed: int, corpus: Corpus, key: str, progress: Progress
+) -> None:
+    torch = _torch()
+    from importlib.metadata import version
+
+    from transformers import GenerationConfig, Qwen3ForCausalLM
+
+    from .tokenizer import IM_END, train_tokenizer
+    from .train import distill_draft, eval_windows, perplexity, token_stream, train_target
+
+    device = "cuda" if size != "small" and torch.cuda.is_available() else "cpu"
+    if size != "small" and device == "cpu":
+        progress(f"warning: building the '{size}' pair on CPU will take a long time (meant for a GPU)")
+    threads = min(4, os.cpu_count() or 1)
+    started = time.monotonic()
+    with _threads(torch, threads):
+        progress(f"training the tokenizer ({preset.vocab_size} tokens) on the standard library's sources")
+        tokenizer = train_tokenizer(_take(corpus.train, preset.tokenizer_chars), preset.vocab_size)
+        eos = tokenizer.eos_token_id
+        im_end = tokenizer.convert_tokens_to_ids(IM_END)
+        vocab = -(-len(tokenizer) // 128) * 128
+        for spec in (preset.target, preset.draft):
+            problems = spec.check(vocab)
+            if problems:
+                raise UsageError(f"toy preset '{size}' does not suit 4-bit kernels: {problems[0]}")
+        train_stream = token_stream(tokenizer, _take(corpus.train, preset.train_chars), eos)
+        heldout_stream = token_stream(tokenizer, corpus.heldout, eos)
+        windows = eval_windows(heldout_stream, preset.seq_len, preset.eval_windows)
+
+        torch.manual_seed(seed)
+        target: Any = Qwen3ForCausalLM(qwen3_config(preset.target, vocab, eos_token_id=eos, pad_token_id=eos))
+        target.to(device)
+        progress(
+            f"training the target ({param_count(target) / 1e6:.2f}M parameters, {preset.target_steps} steps)"
+        )
+        t_res = train_target(
+            target, train_stream, steps=preset.target_steps, seq_len=preset.seq_len,
+            batch_size=preset.batch_size, lr=preset.target_lr, seed=seed, device=device, progress=progress,
+        )  # fmt: skip
+        torch.manual_seed(seed + 1)
+        draft: Any = Qwen3ForCausalLM(qwen3_config(preset.draft, vocab, eos_token_id=eos, pad_token_id=eos))
+        draft.to(device)
+        progress(
+            f"distilling the draft ({param_count(draft) / 1e6:.2f}M parameters, {preset.draft_steps} steps)"
+        )
+        d_res = distill_draft(
+            draft, target, train_stream, steps=preset.draft_steps, seq_len=preset.seq_len,
+            batch_size=preset.batch_size, lr=preset.draft_lr, seed=seed, device=device, progress=progress,
+        )  # fmt: skip
+        progress("measuring held-out perplexity and greedy acceptance (k = 1..6)")
+        t_ppl = perplexity(target, windows, device=device)
+        d_ppl = perplexity(draft, windows, device=device)
+        prompts = heldout_prompts(tokenizer, corpus.heldout, preset.prompts, preset.prompt_tokens)
+        by_k = measure_acceptance(
+            target, draft, prompts, new_tokens=preset.new_tokens, max_k=MAX_K, device=device
+        )
+        from .acceptance import greedy_continuations
+
+        sample_ids = greedy_continuations(target, prompts[:1], preset.new_tokens, device)[0].tolist()
+
+    gen_config = GenerationConfig(bos_token_id=eos, eos_token_id=[eos, im_end], pad_token_id=eos)
+    for name, model in (("target", target), ("draft", draft)):
+        model.to("cpu")
+        model.generation_config = gen_config
+        model.save_pretrained(out / name)
+        tokenizer.save_pretrained(out / name)
+        _add_legacy_config_keys(out / name / "config.json")
+
+    from . import acceptance as acceptance_module
+
+    report = ToyReport(
+        size=size,
+        seed=seed,
+        cache_key=key,
+        corpus=corpus.summary()
+        | {"train_chars_used": sum(len(t) for t in _take(corpus.train, preset.train_chars))}
+        | {"train_tokens": int(train_stream.numel()), "heldout_tokens": int(heldout_stream.numel())},
+        tokenizer={"kind": "byte-level BPE", "vocab_size": len(tokenizer), "model_vocab_size": vocab},
+        preset=preset.as_dict(),
+        target=_model_report(target, preset.target, t_res, "cross_entropy", t_ppl),
+        draft=_model_report(draft, preset.draft, d_res, "kl_target_draft", d_ppl),
+        acceptance=AcceptanceReport(
+            definition=(acceptance_module.__doc__ or "").split("\n\n")[1].replace("\n", " "),
+            prompts=len(prompts),
+            prompt_tokens=preset.prompt_tokens,
+            new_tokens=preset.new_tokens,
+            by_k=by_k,
+        ),
+        sample={"prompt": tokenizer.decode(prompts[0]), "completion": tokenizer.decode(sample_ids)},
+        build_seconds=round(time.monotonic() - started, 1),
+        device=device,
+        torch_threads=threads,
+        versions={p: version(p) for p in ("torch", "transformers", "tokenizers")},
+    )
+    (out / REPORT_NAME).write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    k4 = report.acceptance_at(4)
+    progress(
+        f"built in {report.build_seconds:.0f}s: perplexity target {t_ppl:.2f}, draft {d_ppl:.2f}; "
+        f"acceptance at k=4 {k4.acceptance_rate:.0%} ({k4.tokens_per_step:.2f} tokens/step)"
+    )
+
+
+def _model_report(model: Any, spec: Any, res: Any, loss_kind: str, ppl: float) -> ToyModelReport:
+    from dataclasses import asdict
+
+    return ToyModelReport(
+        params=param_count(model),
+        shape=asdict(spec),
+        train_steps=res.steps,
+        train_seconds=round(res.seconds, 1),
+        final_loss=round(res.final_loss, 4),
+        loss_kind=loss_kind,
+        heldout_perplexity=round(ppl, 3),
+    )
+
+
+def _add_legacy_config_keys(path: Path) -> None:
+    """transformers 5 writes `dtype` and `rope_parameters`; engines and quantizers that predate it read
+    `torch_dtype` and a top-level `rope_theta`, so both spellings are saved."""
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config.setdefault("torch_dtype", config.get("dtype", "float32"))
+    config.setdefault("dtype", config["torch_dtype"])
+    rope = config.get("rope_parameters") or {}
+    config.setdefault("rope_theta", rope.get("rope_theta", 10000.0))
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def load_pair(pair: ToyPair, device: str = "cpu") -> tuple[Any, Any, Any]:
+    """(tokenizer, target, draft) loaded with transformers, in eval mode."""
+    _torch()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(pair.target)
+    target: Any = AutoModelForCausalLM.from_pretrained(pair.target)
+    draft: Any = AutoModelForCausalLM.from_pretrained(pair.draft)
+    target.to(device).eval()
+    draft.to(device).eval()
+    return tokenizer, target, draft
+
+
+def remeasure_acceptance(pair: ToyPair, device: str = "cpu") -> list[AcceptanceAtK]:
+    """Measure acceptance afresh from the saved models, with the report's prompts and settings."""
+    torch = _torch()
+    report = pair.load_report()
+    tokenizer, target, draft = load_pair(pair, device)
+    prompts = heldout_prompts(
+        tokenizer, load_corpus().heldout, report.acceptance.prompts, report.acceptance.prompt_tokens
+    )
+    with _threads(torch, report.torch_threads):
+        return measure_acceptance(
+            target, draft, prompts, new_tokens=report.acceptance.new_tokens, max_k=MAX_K, device=device
+        )

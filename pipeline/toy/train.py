@@ -1,0 +1,167 @@
+"""Training loops of the toy pair: next-token training of the target on the code corpus, then
+distillation of the draft from the target's output distribution (KL(target || draft) on the target's
+logits over the same batches), and held-out perplexity. Everything is driven by one seeded generator and
+a fixed number of steps, so a rerun on the same machine reproduces the losses."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..progress import Progress, null_progress
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    seconds: float
+    final_loss: float  # mean of the last 10 steps' losses
+    losses: list[float]
+
+
+def token_stream(tokenizer: Any, texts: list[str], eos_id: int) -> Any:
+    """All texts tokenized and joined with the end-of-text token, as one 1-D LongTensor."""
+    import torch
+
+    encoded = tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
+    ids: list[int] = []
+    for enc in encoded:
+        ids.extend(enc.ids)
+        ids.append(eos_id)
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def _batch(stream: Any, seq_len: int, batch_size: int, gen: Any) -> Any:
+    import torch
+
+    starts = torch.randint(0, stream.numel() - seq_len - 1, (batch_size,), generator=gen)
+    return torch.stack([stream[s : s + seq_len + 1] for s in starts.tolist()])
+
+
+def _lr(step: int, steps: int, peak: float) -> float:
+    warmup = max(1, steps // 20)
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def _optimizer(model: Any, lr: float) -> Any:
+    import torch
+
+    return torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+
+
+def train_target(
+    model: Any,
+    stream: Any,
+    *,
+    steps: int,
+    seq_len: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    device: str = "cpu",
+    progress: Progress = null_progress,
+) -> TrainResult:
+    import torch
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(seed)
+    opt = _optimizer(model, lr)
+    model.train()
+    losses: list[float] = []
+    start = time.monotonic()
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = _lr(step, steps, lr)
+        batch = _batch(stream, seq_len, batch_size, gen).to(device)
+        logits = model(input_ids=batch[:, :-1]).logits
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), batch[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if (step + 1) % max(1, steps // 5) == 0:
+            progress(f"target step {step + 1}/{steps}: loss {losses[-1]:.3f}")
+    model.eval()
+    return TrainResult(steps, time.monotonic() - start, sum(losses[-10:]) / len(losses[-10:]), losses)
+
+
+def distill_draft(
+    draft: Any,
+    target: Any,
+    stream: Any,
+    *,
+    steps: int,
+    seq_len: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    device: str = "cpu",
+    progress: Progress = null_progress,
+) -> TrainResult:
+    """Train the draft to match the target's next-token distribution: mean KL(target || draft) per token."""
+    import torch
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(seed + 1)
+    opt = _optimizer(draft, lr)
+    draft.train()
+    target.eval()
+    losses: list[float] = []
+    start = time.monotonic()
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = _lr(step, steps, lr)
+        batch = _batch(stream, seq_len, batch_size, gen).to(device)[:, :-1]
+        with torch.no_grad():
+            teacher = F.log_softmax(target(input_ids=batch).logits.float(), dim=-1)
+        student = F.log_softmax(draft(input_ids=batch).logits.float(), dim=-1)
+        loss = F.kl_div(
+            student.reshape(-1, student.size(-1)),
+            teacher.reshape(-1, teacher.size(-1)),
+            log_target=True,
+            reduction="batchmean",
+        )
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if (step + 1) % max(1, steps // 5) == 0:
+            progress(f"draft step {step + 1}/{steps}: KL {losses[-1]:.3f}")
+    draft.eval()
+    return TrainResult(steps, time.monotonic() - start, sum(losses[-10:]) / len(losses[-10:]), losses)
+
+
+def eval_windows(stream: Any, seq_len: int, count: int) -> Any:
+    """`count` evenly spaced, non-overlapping windows of seq_len+1 tokens (fixed, no randomness)."""
+    import torch
+
+    usable = stream.numel() - seq_len - 1
+    count = max(1, min(count, usable // (seq_len + 1)))
+    stride = usable // count
+    return torch.stack([stream[i * stride : i * stride + seq_len + 1] for i in range(count)])
+
+
+def perplexity(model: Any, windows: Any, *, device: str = "cpu", batch_size: int = 16) -> float:
+    """exp(mean next-token cross-entropy) over the given windows."""
+    import torch
+    import torch.nn.functional as F
+
+    total, count = 0.0, 0
+    model.eval()
+    with torch.no_grad():
+        for i in range(0, windows.size(0), batch_size):
+            batch = windows[i : i + batch_size].to(device)
+            logits = model(input_ids=batch[:, :-1]).logits.float()
+            loss = F.cross_entropy(
+                logits.reshape(-1, logits.size(-1)), batch[:, 1:].reshape(-1), reduction="sum"
+            )
+            total += loss.item()
+            count += batch[:, 1:].numel()
+    return math.exp(total / count)
