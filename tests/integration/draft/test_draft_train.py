@@ -6,7 +6,6 @@ docs/performance.md."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

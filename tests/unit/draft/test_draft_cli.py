@@ -11,7 +11,8 @@ import pytest
 def _target(tmp: Path, layers: int = 4) -> Path:
     tmp.mkdir(parents=True, exist_ok=True)
     cfg = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": layers,
-           "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 256}  # fmt: skip
+           "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+           "vocab_size": 256}  # fmt: skip
     (tmp / "config.json").write_text(json.dumps(cfg))
     return tmp
 
