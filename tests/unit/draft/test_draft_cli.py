@@ -52,3 +52,8 @@ def test_eval_refuses_a_non_dflash_checkpoint(cli, tmp_path: Path) -> None:
     target = _target(tmp_path / "t")
     code, _, err = cli("draft", "eval", str(target), str(target))
     assert code == 2 and "not a valid LMDeploy DFlash drafter" in err
+
+
+def test_toy_build_offers_a_dflash_drafter(cli) -> None:
+    code, out, _ = cli("toy", "build", "--help")
+    assert code == 0 and "--drafter" in out and "dflash" in out
