@@ -32,7 +32,7 @@ def evaluate_drafter(
     from .data import load_texts, read_prompts
     from .eval import evaluate_checkpoint
 
-    texts = read_prompts(prompts) if prompts is not None else load_texts(cfg.data).heldout
+    texts = read_prompts(prompts) if prompts is not None else load_texts(cfg.data, target).heldout
     return evaluate_checkpoint(target, draft, texts, cfg, progress)
 
 

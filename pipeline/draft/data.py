@@ -68,20 +68,24 @@ def _text_of(record: Any) -> str:
     raise InputError(f"record {str(record)[:60]!r} has none of the text fields {', '.join(TEXT_FIELDS)}")
 
 
-def _calibration(source: str) -> list[str] | None:
-    """Texts through the shared calibration loader (datasets names and local files), when present."""
+def _calibration(source: str, tokenizer: Path | None) -> list[str] | None:
+    """Texts through the shared calibration loader (`datasets` names and local files), when present
+    (branch `quantize`: `load_calibration(source, tokenizer, ...)` → `Calibration.texts`)."""
+    if tokenizer is None:
+        return None
     try:
         from specq.pipeline.calibration import load_calibration  # type: ignore[attr-defined]
     except ImportError:
         return None
-    result = load_calibration(source)
-    texts = getattr(result, "texts", result)
-    return [t for t in texts if isinstance(t, str) and t.strip()]
+    result = load_calibration(source, tokenizer, samples=1, seqlen=64, heldout_samples=0)
+    texts = [t for t in (getattr(result, "texts", None) or []) if isinstance(t, str) and t.strip()]
+    return texts or None
 
 
-def load_texts(source: str | None) -> Texts:
-    """Training and held-out texts. `source`: None or "toy" (the project's toy code corpus), a local
-    .jsonl/.json/.txt file or a directory of text files, or a name the calibration loader knows."""
+def load_texts(source: str | None, tokenizer: Path | None = None) -> Texts:
+    """Training and held-out texts. `source`: None or "toy" (the project's toy code corpus), else whatever
+    the calibration loader reads (a `datasets` name or local files; `tokenizer` is the target directory it
+    needs), else — without that loader — a local .jsonl/.json/.txt file or a directory of text files."""
     if source in (None, "toy"):
         toy = _toy_corpus()
         if toy is None:
@@ -89,7 +93,9 @@ def load_texts(source: str | None) -> Texts:
         return toy
     assert source is not None
     path = Path(source).expanduser()
-    texts = _read_local(path) if path.exists() else _calibration(source)
+    texts = _calibration(source, tokenizer)
+    if texts is None and path.exists():
+        texts = _read_local(path)
     if texts is None:
         raise InputError(f"--data {source}: no such file or directory")
     if len(texts) < 2:

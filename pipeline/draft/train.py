@@ -99,7 +99,7 @@ def _train(target_path: Path, out: Path, cfg: DraftSection, progress: Progress) 
 
     torch.manual_seed(cfg.seed)
     bs = cfg.block_size
-    texts = load_texts(cfg.data)
+    texts = load_texts(cfg.data, target_path)
     target = Target(target_path, device, progress)
     tokens, start = _sequences(target, texts.train, cfg, bs, progress)
     n, t = tokens.shape
