@@ -154,7 +154,8 @@ class Target:
         """Up to `limit` token windows of exactly `length` tokens, taken in order from the texts."""
         out: list[list[int]] = []
         stride = stride or length
-        for ids in self.encode(texts):
+        for text in texts:  # encoded one at a time: a large corpus is only read as far as needed
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             for start in range(0, max(len(ids) - length + 1, 0), stride):
                 out.append(ids[start : start + length])
                 if len(out) >= limit:
