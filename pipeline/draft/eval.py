@@ -152,6 +152,15 @@ def evaluate_checkpoint(
     progress: Progress = null_progress,
 ) -> DraftEvalReport:
     """`specq draft eval`: validate the drafter against the contract and the target, then measure it."""
+    from .train import cpu_threads
+
+    with cpu_threads(cfg.threads):
+        return _evaluate(target_path, draft_path, texts, cfg, progress)
+
+
+def _evaluate(
+    target_path: Path, draft_path: Path, texts: list[str], cfg: Any, progress: Progress
+) -> DraftEvalReport:
     from .data import Target
     from .train import pick_device
 

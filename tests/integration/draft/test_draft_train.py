@@ -57,7 +57,9 @@ def test_checkpoint_follows_the_lmdeploy_contract(drafter) -> None:
 def test_eval_cli_reproduces_the_training_report(drafter, cli) -> None:
     pair, out, report = drafter
     conf = out.parent / "eval.toml"
-    conf.write_text(f"[draft]\neval_prompts = {CI['eval_prompts']}\neval_tokens = {CI['eval_tokens']}\n")
+    conf.write_text(
+        f"[draft]\neval_prompts = {CI['eval_prompts']}\neval_tokens = {CI['eval_tokens']}\nthreads = 1\n"
+    )
     code, stdout, _ = cli("draft", "eval", str(pair.target), str(out), "-c", str(conf), "--json")
     assert code == 0
     data = json.loads(stdout)
