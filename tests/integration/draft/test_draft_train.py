@@ -66,3 +66,15 @@ def test_eval_cli_reproduces_the_training_report(drafter, cli) -> None:
     assert data["acceptance_by_position"] == report.eval.acceptance_by_position
     assert [p["k"] for p in data["predictions"]] == list(range(1, 8))
     assert data["best_k"] in range(1, 8)
+
+
+def test_toy_dflash_reuses_the_drafter_cached_beside_the_pair(drafter, tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from specq.pipeline.draft.toy import toy_dflash
+
+    pair, out, _ = drafter
+    assert out.name == "dflash"  # the fixture's drafter sits where toy_dflash caches one
+    fake = SimpleNamespace(root=out.parent, target=pair.target)
+    copy = toy_dflash(fake, tmp_path / "copy", progress=lambda m: pytest.fail(f"retrained: {m}"))
+    assert (copy / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
