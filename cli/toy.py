@@ -19,6 +19,11 @@ class Size(str, Enum):
     medium = "medium"
 
 
+class Drafter(str, Enum):
+    model = "model"
+    dflash = "dflash"
+
+
 def build(
     out_dir: Annotated[
         Path, typer.Argument(metavar="OUT", help="Directory to receive target/, draft/ and toy_report.json.")
@@ -32,6 +37,13 @@ def build(
     force: Annotated[
         bool, typer.Option("--force", help="Rebuild even if the cache holds this pair.")
     ] = False,
+    drafter: Annotated[
+        Drafter,
+        typer.Option(
+            "--drafter",
+            help="model: the distilled small Qwen3 draft only; dflash: also a DFlash drafter in OUT/dflash.",
+        ),
+    ] = Drafter.model,
     json_: JsonOpt = False,
 ) -> None:
     """Build the toy Qwen3 target and its distilled draft (cached under ${SPECQ_CACHE:-~/.cache/specq}/toy).
@@ -40,15 +52,22 @@ def build(
     """
     from specq.pipeline.toy import build_toy_pair, export_toy_pair
 
-    pair = export_toy_pair(build_toy_pair(size.value, seed, force=force, progress=progress), out_dir)
+    built = build_toy_pair(size.value, seed, force=force, progress=progress)
+    pair = export_toy_pair(built, out_dir)
+    dflash = None
+    if drafter is Drafter.dflash:
+        from specq.pipeline.draft.toy import toy_dflash
+
+        dflash = toy_dflash(built, Path(pair.root) / "dflash", progress=progress)
     report = pair.load_report()
     if json_:
-        emit_json(
-            {"root": pair.root, "target": pair.target, "draft": pair.draft, "report": report.model_dump()}
-        )
+        data = {"root": pair.root, "target": pair.target, "draft": pair.draft, "report": report.model_dump()}
+        emit_json(data | ({"dflash": dflash} if dflash else {}))
         return
     _acceptance_table(report)
     out.print(f"target: {pair.target}\ndraft:  {pair.draft}\nreport: {pair.report}", highlight=False)
+    if dflash:
+        out.print(f"dflash: {dflash}", highlight=False)
 
 
 def _acceptance_table(report: object) -> None:

@@ -239,14 +239,30 @@ class PlanSection(Section):
 
 
 class DraftSection(Section):
-    layers: int = Field(1, ge=1)
-    block_size: int = Field(8, ge=2)
+    """`specq draft train/eval`: a DFlash drafter for one target. Training knobs below `self_distill` are
+    for config files; the defaults train a drafter for the small toy target in about two minutes on 2 CPU
+    cores."""
+
+    layers: int = Field(1, ge=1, le=8)
+    block_size: Literal[8, 16] = 8
     steps: int = Field(300, ge=1)
-    data: str | None = None
+    data: str | None = Field(None, description="texts: a local file or directory, a dataset name, or toy")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
     seed: int = 0
     self_distill: bool = True
+    threads: int | None = Field(None, ge=1, description="CPU threads for training; default: torch's")
+    target_layer_ids: list[int] | None = Field(None, description="default: LMDeploy's convention")
+    mask_token_id: int | None = Field(None, ge=0, description="default: the highest id unused in the data")
+    lr: float = Field(2e-3, gt=0)
+    gamma: float = Field(4.0, gt=0, description="loss weight exp(-(k-1)/gamma) for draft slot k")
+    batch_size: int = Field(8, ge=1, description="sequences per step")
+    anchors: int = Field(16, ge=1, description="query blocks per sequence per step")
+    samples: int = Field(128, ge=1, description="training sequences")
+    prompt_tokens: int = Field(32, ge=4, description="prompt tokens before the target's continuation")
+    gen_tokens: int = Field(96, ge=4, description="tokens the target generates per training sequence")
+    eval_prompts: int = Field(16, ge=1, description="held-out prompts for the offline acceptance")
+    eval_tokens: int = Field(64, ge=4, description="greedy target tokens scored per held-out prompt")
 
 
 class SpecqConfig(Section):

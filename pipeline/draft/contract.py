@@ -1,0 +1,272 @@
+"""LMDeploy 0.18's DFlash drafter checkpoint contract, written down once: which config.json fields a drafter
+carries, which tensors (names and shapes) it holds, which target layers it may read, and a validator that
+checks a checkpoint field by field — and, where lmdeploy is importable, with LMDeploy's own
+`parse_dflash_config`. Torch-free: it reads checkpoints through `specq.pipeline.checkpoint.Checkpoint`.
+
+Sources (InternLM/lmdeploy): `lmdeploy/pytorch/spec_decode/dflash_utils.py` (`parse_dflash_config`,
+`build_target_layer_ids`, `_validate_dflash_v1_supported`), `lmdeploy/pytorch/models/qwen3_dflash.py`
+(`DFlashDraftModel`: module names, `fc` in-features = target_hidden_size × len(target_layer_ids),
+`load_weights` raises KeyError on any name it does not own)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
+
+from ..checkpoint import Checkpoint
+from ..errors import ConfigError, InputError
+
+ARCHITECTURE = "DFlashDraftModel"
+
+# Top-level config.json fields the export writes (the issue's contract); `target_hidden_size` is optional
+# for LMDeploy (it falls back to hidden_size) but always written by specq.
+CONFIG_FIELDS = (
+    "architectures",
+    "model_type",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "rms_norm_eps",
+    "rope_theta",
+    "max_position_embeddings",
+    "vocab_size",
+    "layer_types",
+    "use_sliding_window",
+    "num_target_layers",
+    "target_hidden_size",
+    "dflash_config",
+)
+REQUIRED_FIELDS = tuple(f for f in CONFIG_FIELDS if f != "target_hidden_size")
+DFLASH_FIELDS = ("block_size", "mask_token_id", "target_layer_ids")
+
+LAYER_TENSORS = (
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+)
+
+
+def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
+    """The target layers a drafter reads by default: one draft layer → [L // 2]; more → evenly spaced from
+    1 to L − 3 (LMDeploy's `build_target_layer_ids` fallback, which SGLang and vLLM share)."""
+    if num_draft_layers == 1:
+        ids = [num_target_layers // 2]
+    else:
+        start, end = 1, num_target_layers - 3
+        if end < start:
+            raise ConfigError(
+                f"draft.layers: {num_draft_layers} draft layers need a target of at least 4 layers "
+                f"(this one has {num_target_layers}); use --layers 1"
+            )
+        span = end - start
+        ids = [int(round(start + i * span / (num_draft_layers - 1))) for i in range(num_draft_layers)]
+        ids = sorted(set(ids))
+    validate_target_layer_ids(ids, num_target_layers)
+    return ids
+
+
+def target_layer_problems(ids: Sequence[Any], num_target_layers: int) -> list[str]:
+    """What is wrong with a `target_layer_ids` list for a target of `num_target_layers` layers."""
+    if not isinstance(ids, (list, tuple)) or not ids:
+        return ["dflash_config.target_layer_ids: must be a non-empty list of integers"]
+    if any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
+        return [f"dflash_config.target_layer_ids: must contain only integers, got {list(ids)}"]
+    problems: list[str] = []
+    if any(b <= a for a, b in zip(ids, ids[1:], strict=False)):
+        problems.append(f"dflash_config.target_layer_ids: must be strictly increasing, got {list(ids)}")
+    bad = [i for i in ids if not 0 <= i < num_target_layers]
+    if bad:
+        problems.append(
+            f"dflash_config.target_layer_ids: {bad} out of range for a {num_target_layers}-layer target"
+        )
+    elif num_target_layers - 1 in ids:
+        # transformers returns the last layer's output after the final norm, LMDeploy captures it before:
+        # a drafter trained on one would see different features in the engine.
+        problems.append(
+            f"dflash_config.target_layer_ids: layer {num_target_layers - 1} is the target's last layer, "
+            f"whose features differ between transformers (post-norm) and LMDeploy (pre-norm); "
+            f"use layers below {num_target_layers - 1}"
+        )
+    return problems
+
+
+def validate_target_layer_ids(ids: Sequence[Any], num_target_layers: int) -> None:
+    problems = target_layer_problems(ids, num_target_layers)
+    if problems:
+        raise ConfigError(problems[0].replace("dflash_config.", "draft."))
+
+
+def expected_tensors(config: dict[str, Any]) -> dict[str, list[int]]:
+    """Every tensor a drafter with this config.json holds, with its shape. Nothing else may be present."""
+    h = int(config["hidden_size"])
+    heads = int(config["num_attention_heads"])
+    kv = int(config["num_key_value_heads"])
+    hd = int(config.get("head_dim") or h // heads)
+    inter = int(config["intermediate_size"])
+    th = int(config.get("target_hidden_size") or h)
+    n_ctx = len(config["dflash_config"]["target_layer_ids"])
+    per_layer = {
+        "self_attn.q_proj.weight": [heads * hd, h],
+        "self_attn.k_proj.weight": [kv * hd, h],
+        "self_attn.v_proj.weight": [kv * hd, h],
+        "self_attn.o_proj.weight": [h, heads * hd],
+        "self_attn.q_norm.weight": [hd],
+        "self_attn.k_norm.weight": [hd],
+        "mlp.gate_proj.weight": [inter, h],
+        "mlp.up_proj.weight": [inter, h],
+        "mlp.down_proj.weight": [h, inter],
+        "input_layernorm.weight": [h],
+        "post_attention_layernorm.weight": [h],
+    }
+    out: dict[str, list[int]] = {}
+    for n in range(int(config["num_hidden_layers"])):
+        for name, shape in per_layer.items():
+            out[f"layers.{n}.{name}"] = shape
+    out["fc.weight"] = [h, th * n_ctx]
+    out["hidden_norm.weight"] = [h]
+    out["norm.weight"] = [h]
+    return out
+
+
+def config_problems(config: dict[str, Any], target: Checkpoint | None = None) -> list[str]:
+    """Field-by-field check of a drafter config.json (and against its target when given)."""
+    problems: list[str] = []
+    missing = [f for f in REQUIRED_FIELDS if f not in config]
+    if missing:
+        return [f"config.json: missing field(s) {', '.join(missing)}"]
+    if config["architectures"] != [ARCHITECTURE]:
+        problems.append(f"architectures: must be ['{ARCHITECTURE}'], got {config['architectures']}")
+    if config["model_type"] != "qwen3":
+        problems.append(f"model_type: must be 'qwen3', got {config['model_type']!r}")
+    for f in (
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "intermediate_size",
+        "max_position_embeddings",
+        "vocab_size",
+        "num_target_layers",
+    ):
+        v = config[f]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            problems.append(f"{f}: must be a positive integer, got {v!r}")
+    for f in ("rms_norm_eps", "rope_theta"):
+        v = config[f]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            problems.append(f"{f}: must be a positive number, got {v!r}")
+    if problems:
+        return problems
+    if config["num_attention_heads"] % config["num_key_value_heads"]:
+        problems.append("num_attention_heads: must be a multiple of num_key_value_heads")
+    lt = config["layer_types"]
+    if not isinstance(lt, list) or lt != ["full_attention"] * config["num_hidden_layers"]:
+        problems.append(f"layer_types: must be ['full_attention'] × num_hidden_layers, got {lt!r}")
+    if config["use_sliding_window"] is not False:
+        problems.append(f"use_sliding_window: must be false, got {config['use_sliding_window']!r}")
+    dc = config["dflash_config"]
+    if not isinstance(dc, dict):
+        return [*problems, "dflash_config: must be a table {block_size, mask_token_id, target_layer_ids}"]
+    dmissing = [f for f in DFLASH_FIELDS if f not in dc]
+    if dmissing:
+        return [*problems, f"dflash_config: missing field(s) {', '.join(dmissing)}"]
+    bs = dc["block_size"]
+    if isinstance(bs, bool) or not isinstance(bs, int) or bs < 2:
+        problems.append(f"dflash_config.block_size: must be an integer ≥ 2, got {bs!r}")
+    mask = dc["mask_token_id"]
+    if isinstance(mask, bool) or not isinstance(mask, int) or not 0 <= mask < config["vocab_size"]:
+        problems.append(f"dflash_config.mask_token_id: must be a token id below vocab_size, got {mask!r}")
+    problems += target_layer_problems(dc["target_layer_ids"], config["num_target_layers"])
+    th = config.get("target_hidden_size", config["hidden_size"])
+    if target is not None:
+        tc = target.text_config
+        checks = {
+            "num_target_layers": ("num_hidden_layers", config["num_target_layers"]),
+            "target_hidden_size": ("hidden_size", th),
+            "hidden_size": ("hidden_size", config["hidden_size"]),
+            "vocab_size": ("vocab_size", config["vocab_size"]),
+        }
+        for field, (tfield, value) in checks.items():
+            if tc.get(tfield) is not None and tc.get(tfield) != value:
+                problems.append(f"{field}: {value} does not match the target's {tfield} {tc.get(tfield)}")
+    return problems
+
+
+def tensor_problems(draft: Checkpoint) -> list[str]:
+    """Tensor names and shapes against `expected_tensors`: nothing missing, nothing extra, shapes exact."""
+    want = expected_tensors(draft.config)
+    have = draft.tensors
+    problems: list[str] = []
+    extra = sorted(set(have) - set(want))
+    missing = sorted(set(want) - set(have))
+    if extra:
+        problems.append(f"unexpected tensor(s) LMDeploy cannot load: {', '.join(extra[:5])}")
+    if missing:
+        problems.append(f"missing tensor(s): {', '.join(missing[:5])}")
+    for name in sorted(set(want) & set(have)):
+        if have[name].shape != want[name]:
+            problems.append(f"{name}: shape {have[name].shape}, expected {want[name]}")
+    dtypes = {t.dtype for t in have.values()}
+    if len(dtypes) > 1:
+        problems.append(f"tensors mix dtypes {sorted(dtypes)}; LMDeploy loads one dtype")
+    return problems
+
+
+def lmdeploy_parse(config: dict[str, Any], num_draft_tokens: int, target_layers: int) -> Any:
+    """Run LMDeploy's own `parse_dflash_config` on a drafter config; None when lmdeploy is absent.
+
+    Raises InputError with LMDeploy's message when it refuses the config."""
+    try:  # lmdeploy/pytorch/spec_decode/dflash_utils.py (0.18)
+        from lmdeploy.pytorch.spec_decode.dflash_utils import parse_dflash_config
+    except ImportError:
+        return None
+    try:
+        return parse_dflash_config(
+            SimpleNamespace(**config),
+            num_speculative_tokens=num_draft_tokens,
+            target_num_layers=target_layers,
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise InputError(f"LMDeploy's parse_dflash_config refuses this drafter: {e}") from None
+
+
+def check_drafter(
+    draft: Checkpoint, target: Checkpoint | None = None, num_draft_tokens: int | None = None
+) -> list[str]:
+    """Every way `draft` breaks LMDeploy 0.18's DFlash contract (empty list: it conforms)."""
+    problems = config_problems(draft.config, target)
+    if problems:
+        return problems
+    problems += tensor_problems(draft)
+    bs = draft.config["dflash_config"]["block_size"]
+    if num_draft_tokens is not None and num_draft_tokens + 1 > bs:
+        problems.append(
+            f"num_draft_tokens: {num_draft_tokens} + 1 exceeds the drafter's block_size {bs} "
+            f"(LMDeploy's limit); use at most {bs - 1}"
+        )
+    return problems
+
+
+def validate_drafter(
+    draft: Checkpoint, target: Checkpoint | None = None, num_draft_tokens: int | None = None
+) -> bool:
+    """Raise InputError on the first contract violation. Returns whether LMDeploy's own parser also ran."""
+    problems = check_drafter(draft, target, num_draft_tokens)
+    if problems:
+        raise InputError(f"{draft.path}: not a valid LMDeploy DFlash drafter: {problems[0]}")
+    k = num_draft_tokens if num_draft_tokens is not None else draft.config["dflash_config"]["block_size"] - 1
+    return lmdeploy_parse(draft.config, k, int(draft.config["num_target_layers"])) is not None

@@ -1,0 +1,187 @@
+"""Offline acceptance of a DFlash drafter against its target: continue held-out prompts greedily with the
+target, draft one block at every generated position, and count how many leading drafts match the target's
+own greedy tokens (what verification would accept). Gives acceptance by position, τ (mean accepted length
+including the target's bonus token) and, through the shared `specq.pipeline.speedup` model, the speedup
+each draft-token count k predicts. Works for any checkpoint in LMDeploy's DFlash contract."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from ..checkpoint import Checkpoint
+from ..errors import InputError
+from ..progress import Progress, null_progress
+from ..speedup import StepCost, best_k, expected_tokens_per_step, predict_speedup
+from . import contract
+from .reports import DraftEvalReport, SpeedupPrediction
+
+
+def prepare_eval(target: Any, texts: list[str], cfg: Any, layer_ids: list[int], block_size: int) -> Any:
+    """Greedy continuations of held-out prompts with their features: (tokens, features, greedy, start)."""
+    prompts = target.windows(texts, cfg.prompt_tokens, cfg.eval_prompts, stride=cfg.prompt_tokens * 4)
+    if not prompts:
+        raise InputError(f"no held-out text has {cfg.prompt_tokens} tokens; pass longer --prompts")
+    tokens = target.greedy_continue(prompts, cfg.eval_tokens + block_size)
+    feats, greedy = target.features(tokens, layer_ids)
+    return tokens, feats, greedy, cfg.prompt_tokens
+
+
+def acceptance(
+    drafter: Any,
+    target: Any,
+    data: Any,
+    block_size: int,
+    mask_token_id: int,
+) -> tuple[list[float], int]:
+    """Acceptance by draft position over every block anchored in the generated part, and the block count."""
+    import torch
+
+    from .model import accepted_prefix, draft_logits, slot_labels
+
+    tokens, feats, greedy, start = data
+    n, t = tokens.shape
+    # anchor p: the target's own token at p (p ≥ start, as after a real prefill); labels up to p + B − 1 ≤ t
+    anchors = torch.arange(start, t - block_size + 2)[None].expand(n, -1).contiguous()
+    was_training = drafter.training
+    drafter.eval()
+    total = torch.zeros(block_size - 1)
+    dev = next(drafter.parameters()).device
+    with torch.no_grad():
+        for i in range(n):
+            logits = draft_logits(
+                drafter,
+                target.embed,
+                target.lm_head,
+                feats[i : i + 1].to(dev),
+                tokens[i : i + 1].to(dev),
+                anchors[i : i + 1].to(dev),
+                block_size,
+                mask_token_id,
+            )
+            ok = accepted_prefix(
+                logits.argmax(-1).cpu(), slot_labels(greedy[i : i + 1], anchors[i : i + 1], block_size)
+            )
+            total += ok.float().sum(dim=(0, 1))
+    drafter.train(was_training)
+    count = anchors.numel()
+    return [round(float(x) / count, 4) for x in total], count
+
+
+def summarize(
+    acc: list[float],
+    *,
+    target: str,
+    draft: str,
+    block_size: int,
+    prompts: int,
+    anchors: int,
+    seconds: float,
+    cost: StepCost | None = None,
+    lmdeploy_checked: bool = False,
+) -> DraftEvalReport:
+    cost = cost or StepCost()
+    ks = list(range(1, block_size))
+    preds = [
+        SpeedupPrediction(
+            k=k,
+            tokens_per_step=round(expected_tokens_per_step(acc, k), 4),
+            speedup=round(predict_speedup(acc, k, cost), 4),
+        )
+        for k in ks
+    ]
+    k, speed = best_k(acc, ks, cost)
+    return DraftEvalReport(
+        target=target,
+        draft=draft,
+        block_size=block_size,
+        prompts=prompts,
+        anchors=anchors,
+        acceptance_by_position=acc,
+        tau=round(expected_tokens_per_step(acc, block_size - 1), 4),
+        step_cost=cost,
+        predictions=preds,
+        best_k=k,
+        best_speedup=round(speed, 4),
+        seconds=round(seconds, 2),
+        lmdeploy_checked=lmdeploy_checked,
+    )
+
+
+def load_drafter(draft: Checkpoint, device: str) -> tuple[Any, dict[str, Any]]:
+    """A DFlashDrafter with a checkpoint's weights (names normalised as LMDeploy's loader does)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from .model import DFlashDrafter, DrafterShape
+
+    c = draft.config
+    shape = DrafterShape(
+        hidden_size=c["hidden_size"],
+        num_hidden_layers=c["num_hidden_layers"],
+        num_attention_heads=c["num_attention_heads"],
+        num_key_value_heads=c["num_key_value_heads"],
+        head_dim=c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
+        intermediate_size=c["intermediate_size"],
+        rms_norm_eps=c["rms_norm_eps"],
+        rope_theta=c["rope_theta"],
+        num_context_features=len(c["dflash_config"]["target_layer_ids"]),
+        target_hidden_size=c.get("target_hidden_size") or c["hidden_size"],
+    )
+    state: dict[str, Any] = {}
+    for f in sorted(draft.path.glob("*.safetensors")):
+        for name, tensor in load_file(str(f)).items():
+            # lmdeploy/pytorch/models/qwen3_dflash.py `_normalize_dflash_weight_name`
+            name = name.removeprefix("model.")
+            if name.startswith("midlayer."):
+                name = name.replace("midlayer.", "layers.0.", 1)
+            if "rotary_emb" in name or name in ("embed_tokens.weight", "lm_head.weight"):
+                continue
+            state[name] = tensor.float()
+    drafter = DFlashDrafter(shape)
+    drafter.load_state_dict(state)
+    return drafter.to(torch.device(device)), c
+
+
+def evaluate_checkpoint(
+    target_path: Path,
+    draft_path: Path,
+    texts: list[str],
+    cfg: Any,
+    progress: Progress = null_progress,
+) -> DraftEvalReport:
+    """`specq draft eval`: validate the drafter against the contract and the target, then measure it."""
+    from .train import cpu_threads
+
+    with cpu_threads(cfg.threads):
+        return _evaluate(target_path, draft_path, texts, cfg, progress)
+
+
+def _evaluate(
+    target_path: Path, draft_path: Path, texts: list[str], cfg: Any, progress: Progress
+) -> DraftEvalReport:
+    from .data import Target
+    from .train import pick_device
+
+    t0 = time.perf_counter()
+    draft, target_ckpt = Checkpoint(draft_path), Checkpoint(target_path)
+    checked = contract.validate_drafter(draft, target_ckpt)
+    device = pick_device(cfg.device)
+    target = Target(target_path, device, progress)
+    drafter, c = load_drafter(draft, device)
+    bs = int(c["dflash_config"]["block_size"])
+    ids = list(c["dflash_config"]["target_layer_ids"])
+    progress(f"greedy continuations of {cfg.eval_prompts} held-out prompts")
+    data = prepare_eval(target, texts, cfg, ids, bs)
+    acc, anchors = acceptance(drafter, target, data, bs, int(c["dflash_config"]["mask_token_id"]))
+    return summarize(
+        acc,
+        target=str(target_path),
+        draft=str(draft_path),
+        block_size=bs,
+        prompts=int(data[0].shape[0]),
+        anchors=anchors,
+        seconds=time.perf_counter() - t0,
+        lmdeploy_checked=checked,
+    )

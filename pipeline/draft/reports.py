@@ -1,0 +1,76 @@
+"""What `specq draft train` and `specq draft eval` return and save: versioned pydantic reports (the train
+report is `draft_report.json` beside the checkpoint). Torch-free, so reports can be read anywhere."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ..errors import InputError
+from ..speedup import StepCost
+
+SCHEMA_VERSION = 1
+REPORT_NAME = "draft_report.json"
+
+
+class SpeedupPrediction(BaseModel):
+    k: int
+    tokens_per_step: float
+    speedup: float
+
+
+class DraftEvalReport(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    target: str
+    draft: str
+    block_size: int
+    prompts: int
+    anchors: int = Field(description="draft blocks scored (one per generated position)")
+    acceptance_by_position: list[float] = Field(description="fraction of blocks whose first i drafts match")
+    tau: float = Field(description="mean accepted length per step, including the target's bonus token")
+    step_cost: StepCost
+    predictions: list[SpeedupPrediction]
+    best_k: int
+    best_speedup: float
+    seconds: float
+    lmdeploy_checked: bool = Field(False, description="LMDeploy's own parse_dflash_config accepted it")
+
+
+class DraftTrainReport(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    target: str
+    out: str
+    versions: dict[str, str | None]
+    device: str
+    threads: int
+    dtype: str
+    config: dict[str, Any]
+    target_layer_ids: list[int]
+    mask_token_id: int
+    block_size: int
+    data: str
+    sequences: int
+    sequence_tokens: int
+    steps: int
+    trained_tokens: int = Field(description="query-block tokens the drafter was trained on")
+    prepare_seconds: float = Field(description="self-distillation and feature extraction")
+    train_seconds: float
+    total_seconds: float
+    final_loss: float
+    loss_curve: list[tuple[int, float]]
+    eval: DraftEvalReport
+
+    def save(self, path: Path) -> Path:
+        from ..fsutil import atomic_write_text
+
+        return atomic_write_text(path, self.model_dump_json(indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> DraftTrainReport:
+        try:
+            return cls.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as e:
+            raise InputError(f"{path}: not a readable draft report ({type(e).__name__})") from None
