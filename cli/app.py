@@ -3,6 +3,7 @@ stderr and its exit code (tracebacks only with SPECQ_DEBUG=1)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import traceback
@@ -79,6 +80,10 @@ def _root(
 ) -> None:
     _common.State.verbose = verbose
     _common.State.quiet = quiet
+    if not verbose:
+        # Backends such as gptqmodel set the root logger to INFO; one line per HTTP request drowns progress.
+        for name in ("httpx", "httpcore"):
+            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _register() -> None:

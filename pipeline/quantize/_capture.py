@@ -5,6 +5,7 @@ forward pre-hooks on the decoder layers, which every layer-by-layer quantizer ca
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -75,7 +76,22 @@ def backend_output_to(log_path: Path) -> Iterator[OutputCapture]:
             cap._to_user()
             for _, copy in cap.saved:
                 os.close(copy)
+            _rebind_log_handlers(text, sys.stderr)
             cap.text = None
+
+
+def _rebind_log_handlers(old: Any, new: Any) -> None:
+    """Backends imported during the capture (gptqmodel, its helpers) attach logging handlers to the
+    sys.stderr of that moment, the log file about to be closed; point them back at the real stderr so
+    later log records do not fail with 'I/O operation on closed file'."""
+    loggers = [
+        logging.getLogger(),
+        *(lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)),
+    ]
+    for lg in loggers:
+        for h in lg.handlers:
+            if isinstance(h, logging.StreamHandler) and h.stream is old:
+                h.setStream(new)
 
 
 def decoder_layers(model: Any) -> list[Any]:

@@ -236,9 +236,22 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
 
 def _load(cls: Any, path: str, torch_dtype: Any, device: str, trust_remote_code: bool) -> Any:
     from ...checkpoint import Checkpoint
+    from ...hardware import module_present
 
     ckpt = Checkpoint(Path(path))
     quant = ckpt.quantization
+    if quant is not None and quant.method in ("gptq", "awq") and module_present("gptqmodel"):
+        # transformers itself needs optimum for GPTQ; gptqmodel (the quantize backend) runs both formats
+        # on CPU and CUDA, and quantize's quality report already loads checkpoints this way.
+        from ...quantize.quality import load_quantized
+
+        try:
+            return load_quantized(Path(path), device)
+        except (ImportError, ValueError, RuntimeError, OSError) as e:
+            raise EnvironmentMissing(
+                f"gptqmodel cannot run the {quant.method} checkpoint {path} on {device}: "
+                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
+            ) from None
     try:
         model = cls.from_pretrained(
             path,

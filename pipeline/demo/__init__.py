@@ -1,0 +1,117 @@
+"""`specq demo`: the whole path on the project's own toy models, on any machine (no GPU, no downloads):
+toy pair → GPTQ 4-bit with calibration text from the toy corpus → convert (readiness verdicts, and the
+lossless GPTQ → AWQ repack that LMDeploy's speculating engine needs) → the embedded engine serving the
+quantized target with the toy draft → a draft-token sweep with its paired baseline. Each stage is the same
+pipeline function its command calls; this module only chains them and keeps their results."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ..config import SpecqConfig, resolve_config
+from ..config.models import QuantizeSection
+from ..errors import InputError
+from ..progress import Progress, null_progress
+
+STAGES = ("toy pair", "quantize", "convert", "serve + bench")
+
+
+class DemoResult(BaseModel):
+    schema_version: int = 1
+    out: str
+    quick: bool
+    seconds: float
+    stage_seconds: dict[str, float] = Field(default_factory=dict)
+    toy: dict[str, Any]
+    quantize: list[dict[str, Any]]
+    convert: list[dict[str, Any]]
+    served_model: str
+    bench_report: str
+    bench_files: dict[str, str]
+    summary_table: str
+    best_k: dict[str, Any] | None = None
+
+
+def demo_config(target: Path, draft: Path, out: Path, quick: bool) -> SpecqConfig:
+    """The packaged CPU demo preset, pointed at the demo's own models."""
+    flags: dict[str, dict[str, Any]] = {
+        "model": {"model_path": str(target), "draft_model_path": str(draft)},
+        "bench": {"out": str(out)},
+    }
+    if quick:
+        flags["bench"].update(requests=4, max_tokens=32, warmup=1)
+    return resolve_config("cpu-demo", flags=flags)
+
+
+def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_progress) -> DemoResult:
+    from ..bench import run_bench
+    from ..convert.readiness import check_readiness
+    from ..convert.repack import repack_gptq_to_awq
+    from ..quantize import quantize
+    from ..report.formatters import render
+    from ..toy import build_toy_pair
+    from ..toy.corpus import load_corpus, write_jsonl
+
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise InputError(f"{out} is not empty; choose another --out or remove it")
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    stage_seconds: dict[str, float] = {}
+    clock = [time.perf_counter()]
+
+    def stage(i: int) -> None:
+        if i > 0:
+            stage_seconds[STAGES[i - 1]] = round(time.perf_counter() - clock[0], 1)
+            clock[0] = time.perf_counter()
+        if i < len(STAGES):
+            progress(f"── stage {i + 1}/{len(STAGES)}: {STAGES[i]}")
+
+    stage(0)
+    pair = build_toy_pair("small", progress=progress)
+    toy_report = pair.load_report()
+
+    stage(1)
+    corpus = load_corpus()
+    calib = write_jsonl(out / "calib.jsonl", corpus.train)
+    qcfg = QuantizeSection.model_validate(
+        {"method": "gptq", "for": "plain", "calib": str(calib), "samples": 16 if quick else 32, "seqlen": 256}
+    )
+    gptq_dir = out / "target-gptq"
+    q = quantize(pair.target, qcfg, gptq_dir, progress)
+
+    stage(2)
+    k_max = max(demo_config(pair.target, pair.draft, out, quick).bench.draft_tokens)
+    verdict_gptq = check_readiness(gptq_dir, pair.draft, k_max)
+    awq_dir = out / "target-awq"
+    repack_gptq_to_awq(gptq_dir, awq_dir, progress=progress)
+    verdict_awq = check_readiness(awq_dir, None, None)
+    for v in (verdict_gptq, verdict_awq):
+        for e in v.verdicts:
+            progress(f"{Path(v.model).name}: {e.line()}")
+
+    stage(3)
+    cfg = demo_config(gptq_dir, pair.draft, out / "bench", quick)
+    report = run_bench(cfg, progress=progress, out_dir=out / "bench")
+    bench_dir = out / "bench"
+    files = {str(p.relative_to(bench_dir)): str(p) for p in sorted(bench_dir.rglob("*")) if p.is_file()}
+    stage(4)
+
+    return DemoResult(
+        out=str(out),
+        quick=quick,
+        seconds=round(time.perf_counter() - t_start, 1),
+        stage_seconds=stage_seconds,
+        toy={"target": str(pair.target), "draft": str(pair.draft), **toy_report.model_dump(mode="json")},
+        quantize=[q.model_dump(mode="json")],
+        convert=[verdict_gptq.model_dump(mode="json"), verdict_awq.model_dump(mode="json")],
+        served_model=str(gptq_dir),
+        bench_report=str(out / "bench" / "report.json"),
+        bench_files=files,
+        summary_table=render(report, "table"),
+        best_k=report.best_k.model_dump(mode="json") if report.best_k else None,
+    )
