@@ -45,7 +45,7 @@ docs:
 	$(BIN)/python -m specq.cli._docs > docs/cli.md
 
 gpu-check:
-	$(BIN)/python -m pytest -m gpu tests/gpu -v $(PYTEST_ARGS)
+	$(BIN)/python benchmarks/gpu_check.py --out gpu-check $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache specq-out

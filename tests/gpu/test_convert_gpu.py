@@ -4,6 +4,8 @@ dequantized to fp16 in transformers on CUDA. Skips cleanly without CUDA or lmdep
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -18,13 +20,20 @@ NEW_TOKENS = 12
 @pytest.fixture(scope="module")
 def gptq_and_awq(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     pytest.importorskip("lmdeploy")
-    pytest.importorskip("gptqmodel")
     from specq.pipeline.convert import repack_gptq_to_awq
-    from tests.integration.convert.conftest import quantize_gptq
-    from tests.tinymodel import build_tiny_model
 
     root = tmp_path_factory.mktemp("convert-gpu")
-    quantize_gptq(build_tiny_model(root / "model"), root, "cuda")
+    prepared = os.environ.get("SPECQ_GPU_QUANT_ROOT")
+    if prepared:
+        # A GPTQ checkpoint quantized elsewhere (the device has no gptqmodel): ROOT/model and ROOT/gptq.
+        shutil.copytree(Path(prepared) / "model", root / "model")
+        shutil.copytree(Path(prepared) / "gptq", root / "gptq")
+    else:
+        pytest.importorskip("gptqmodel")
+        from tests.integration.convert.conftest import quantize_gptq
+        from tests.tinymodel import build_tiny_model
+
+        quantize_gptq(build_tiny_model(root / "model"), root, "cuda")
     repack_gptq_to_awq(root / "gptq", root / "awq")
     return root / "gptq", root / "awq"
 
