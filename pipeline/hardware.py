@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -84,6 +85,24 @@ def package_version(name: str) -> str | None:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def lmdeploy_version() -> str | None:
+    """LMDeploy's version from its metadata, or from `lmdeploy/version.py` when it is on the path without
+    metadata (a source tree on PYTHONPATH, as on the project's GPU machine)."""
+    v = package_version("lmdeploy")
+    if v is not None or not module_present("lmdeploy"):
+        return v
+    import re
+
+    spec = importlib.util.find_spec("lmdeploy")
+    origin = spec.origin if spec else None
+    if origin:
+        text = (Path(origin).parent / "version.py").read_text(encoding="utf-8", errors="replace")
+        m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", text)
+        if m:
+            return m.group(1)
+    return None
 
 
 def module_present(module: str) -> bool:

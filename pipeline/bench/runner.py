@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..config.models import SpecqConfig
 from ..errors import EnvironmentMissing, SpecqError
-from ..hardware import list_gpus, package_version
+from ..hardware import list_gpus, lmdeploy_version, package_version
 from ..progress import Progress, null_progress
 from ..report.compare import evaluate_gates
 from ..report.models import (
@@ -366,9 +366,7 @@ def _sweep(report: BenchReport, ctx: RunContext, factory: EngineFactory, out: Pa
             if report.engine.name is None:
                 report.engine = EngineInfo(
                     name=engine.name,
-                    version=package_version("lmdeploy")
-                    if engine.name == "lmdeploy"
-                    else report.specq_version,
+                    version=lmdeploy_version() if engine.name == "lmdeploy" else report.specq_version,
                     url=engine.base_url,
                     model=engine.model_name,
                 )

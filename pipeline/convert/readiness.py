@@ -13,7 +13,7 @@ from pathlib import Path
 from specq.pipeline.checkpoint import Checkpoint
 from specq.pipeline.errors import EnvironmentMissing, UsageError
 from specq.pipeline.fsutil import atomic_write_text
-from specq.pipeline.hardware import module_present, package_version
+from specq.pipeline.hardware import lmdeploy_version, module_present
 
 from .compat import embedded_verdict, pytorch_engine_verdict
 from .draft import draft_report, max_draft_tokens, pair_problems
@@ -171,7 +171,7 @@ def _lmdeploy_engine_check(target: Checkpoint, v: EngineVerdict) -> EngineVerdic
     from lmdeploy.turbomind.converter import get_tm_config  # type: ignore[import-not-found]
     from lmdeploy.turbomind.supported_models import is_supported  # type: ignore[import-not-found]
 
-    version = package_version("lmdeploy")
+    version = lmdeploy_version()
     if not is_supported(str(target.path)):
         return _worst(v, "refused", [f"lmdeploy {version} is_supported() says no"])
     try:

@@ -116,7 +116,7 @@ def run_doctor(path: str = ".") -> DoctorReport:
             )
         )
 
-    lmd = hardware.package_version("lmdeploy")
+    lmd = hardware.lmdeploy_version()
     if lmd is None:
         add(
             Check(

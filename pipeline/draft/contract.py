@@ -60,10 +60,11 @@ LAYER_TENSORS = (
 
 
 def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
-    """The target layers a drafter reads by default: one draft layer → [L // 2]; more → evenly spaced from
-    1 to L − 3 (LMDeploy's `build_target_layer_ids` fallback, which SGLang and vLLM share)."""
+    """The target layers a drafter reads by default: one draft layer → [L // 2], but never the last layer
+    (so [0] for a 2-layer target); more → evenly spaced from 1 to L − 3 (LMDeploy's
+    `build_target_layer_ids` fallback, which SGLang and vLLM share)."""
     if num_draft_layers == 1:
-        ids = [num_target_layers // 2]
+        ids = [max(0, min(num_target_layers // 2, num_target_layers - 2))]
     else:
         start, end = 1, num_target_layers - 3
         if end < start:

@@ -27,7 +27,7 @@ def lmdeploy_problems(backend: str, speculative: bool) -> list[str]:
     """Every reason an LMDeploy launch with `backend` ("turbomind"/"pytorch") would fail on this machine.
     The order is the order a user fixes them in; the first is the one to show."""
     problems: list[str] = []
-    version = hardware.package_version("lmdeploy")
+    version = hardware.lmdeploy_version()
     if version is None:
         problems.append(
             "lmdeploy is not installed; on a GPU machine run: pip install 'specq[lmdeploy]' "

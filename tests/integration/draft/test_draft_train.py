@@ -1,7 +1,6 @@
 """Train a DFlash drafter for the small toy target once per module (CI settings), then check what the
 issue asks: τ on held-out code, the LMDeploy checkpoint contract, the report, and `specq draft eval`.
-The full default run (300 steps, τ ≥ 2.5 target) is `benchmarks/draft_cpu.py`; figures in
-docs/performance.md."""
+The same default run is `benchmarks/draft_cpu.py`; figures in docs/performance.md."""
 
 from __future__ import annotations
 
@@ -15,10 +14,10 @@ from specq.pipeline.draft import contract, train_drafter
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-# A shorter run than the 300-step default keeps the suite inside its CI budget; its bound is lower than
-# the full run's (τ ≥ 2.5) but far above an untrained drafter's 1.0.
-CI = dict(steps=120, samples=64, eval_prompts=8, eval_tokens=48, threads=1, seed=0)
-CI_MIN_TAU = 1.8
+# The default 300-step run (about 30-45 s on 2 idle cores for the 2-layer toy target), held to the
+# issue's bound; one thread keeps it deterministic and fast on a shared machine.
+CI = dict(steps=300, eval_prompts=16, eval_tokens=64, threads=1, seed=0)
+CI_MIN_TAU = 2.5
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +45,8 @@ def test_checkpoint_follows_the_lmdeploy_contract(drafter) -> None:
     assert draft.draft_kind == "dflash"
     dc = draft.config["dflash_config"]
     n = target.text_config["num_hidden_layers"]
-    assert dc["target_layer_ids"] == [n // 2] and dc["block_size"] == 8
+    assert dc["target_layer_ids"] == contract.default_target_layer_ids(n, 1) and dc["block_size"] == 8
+    assert n - 1 not in dc["target_layer_ids"]  # never the last layer
     assert draft.config["num_target_layers"] == n
     assert {t.dtype for t in draft.tensors.values()} == {"F32"}  # the toy target runs in float32
     saved = json.loads((out / "draft_report.json").read_text())

@@ -126,6 +126,7 @@ def test_draft_tokens_must_fit_the_block(tmp_path: Path) -> None:
 
 def test_default_layers_follow_lmdeploy() -> None:
     assert contract.default_target_layer_ids(4, 1) == [2]
+    assert contract.default_target_layer_ids(2, 1) == [0]  # L // 2 would be the last layer
     assert contract.default_target_layer_ids(36, 1) == [18]
     assert contract.default_target_layer_ids(36, 5) == [1, 9, 17, 25, 33]
 
