@@ -24,10 +24,6 @@ class InputError(UsageError):
     """An input (model directory, data file, report) is missing or malformed (exit 2)."""
 
 
-class NotImplementedYet(UsageError):
-    """A command the contract names but this version does not implement (exit 2)."""
-
-
 class GateFailed(SpecqError):
     """A benchmark gate (--min-speedup, --max-regression) was violated (exit 3)."""
 
