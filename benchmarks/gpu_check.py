@@ -58,50 +58,38 @@ def main() -> int:
     toy = out / "toy"
     requests, tokens = ("4", "64") if args.quick else ("8", "128")
     results = []
+
+    def bench(*extra: str) -> list[str]:
+        """`specq bench` of the medium toy target on the code suite: the workload every GPU run shares."""
+        workload = ("--suite", "code", "--requests", requests, "--max-tokens", tokens, "--json")
+        return specq("bench", str(toy / "target"), *extra, *workload)
+
     plan = {
         "doctor": (specq("doctor", "--json"), 120),
         "toy": (specq("toy", "build", str(toy), "--size", "medium", "--json"), 900),
         "embedded": (
-            specq(
-                "bench",
-                str(toy / "target"),
+            bench(
                 "--draft-model",
                 str(toy / "draft"),
                 "--engine",
                 "embedded",
                 "--draft-tokens",
                 "3..6",
-                "--suite",
-                "code",
-                "--requests",
-                requests,
-                "--max-tokens",
-                tokens,
                 "--out",
                 str(out / "bench-embedded"),
-                "--json",
             ),
             900,
         ),
         "lmdeploy": (
-            specq(
-                "bench",
-                str(toy / "target"),
+            bench(
                 "--engine",
                 "lmdeploy",
                 "--backend",
                 "pytorch",
                 "--draft-tokens",
                 "0",
-                "--suite",
-                "code",
-                "--requests",
-                requests,
-                "--max-tokens",
-                tokens,
                 "--out",
                 str(out / "bench-lmdeploy"),
-                "--json",
             ),
             900,
         ),
