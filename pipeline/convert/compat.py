@@ -5,7 +5,15 @@ PyTorch engine rules (InternLM/lmdeploy): `lmdeploy/pytorch/config.py` `Quantiza
 `TypeError: Unsupported quant method: gptq`; `lmdeploy/pytorch/nn/linear/awq.py` `AwqLinear` runs in
 float16 with `qweight [K, N/8]`, `scales [K/g, N]`, `qzeros [K/g, N/8]` and asserts `K % group_size == 0`; its
 compressed-tensors path accepts group size 32 only (measured on the H200: `Unsupported compressed-tensors
-group_size: expected 32, got 128`; see docs/verification.md)."""
+group_size: expected 32, got 128`; see docs/verification.md).
+
+AWQ alignment: the fused column-wise linears, `QKVAwqLinear` (q/k/v) and `MergedAwqLinear` (gate/up), load
+each part through `chunk_aligned(weight, world_size, dim, align)` with align = max(32 // bits, group_size)
+(`lmdeploy/pytorch/nn/utils.py:28` asserts `size % align == 0`), even on one GPU. So each of those
+projections' output size must be a multiple of 128 for 4-bit group-128 AWQ. A Qwen3 with one 64-wide KV head
+(k_proj/v_proj output 64) fails at load; seen on the H200 (docs/verification.md). o_proj and down_proj load as
+plain `AwqLinear`, which on one GPU only needs `K % group_size == 0`. specq applies the rule to the
+projections named q/k/v_proj and gate/up_proj; other architectures' fused names are not checked."""
 
 from __future__ import annotations
 
@@ -16,6 +24,38 @@ from .turbomind import tensor_problems
 from .verdict import EngineVerdict, repack_command
 
 PYTORCH_CT_GROUP_SIZES = frozenset({32})
+FUSED_COLUMN_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+
+
+def awq_alignment(bits: int, group_size: int | None) -> int:
+    """LMDeploy 0.18's `align = max(32 // w_bit, group_size)` for AWQ linears."""
+    return max(32 // (bits or 4), group_size or 0)
+
+
+def fused_alignment_problems(outputs: dict[str, int], bits: int, group_size: int | None) -> list[str]:
+    """`outputs`: linear prefix -> output features. One line per (projection, size) that breaks the
+    fused-AWQ alignment rule, with how many layers have it (empty when all is well)."""
+    align = awq_alignment(bits, group_size)
+    bad: dict[tuple[str, int], int] = {}
+    for prefix, out in outputs.items():
+        name = prefix.rpartition(".")[2]
+        if name in FUSED_COLUMN_PROJECTIONS and out % align:
+            bad[(name, out)] = bad.get((name, out), 0) + 1
+    return [
+        f"{name} output {out} is not a multiple of {align} ({count} layer{'s' if count > 1 else ''}): "
+        f"LMDeploy 0.18's fused AWQ q/k/v and gate/up linears need multiples of max(32 // bits, group_size)"
+        for (name, out), count in sorted(bad.items())
+    ]
+
+
+def awq_alignment_problems(target: Checkpoint) -> list[str]:
+    """The fused-AWQ alignment rule on a GPTQ or AWQ checkpoint's quantized linears."""
+    q = target.quantization
+    if q is None:
+        return []
+    linears = tensor_problems(target, q)[0]
+    outputs = {lin.prefix: lin.out_features for lin in linears if lin.out_features is not None}
+    return fused_alignment_problems(outputs, q.bits, q.group_size)
 
 
 def repack_blockers(target: Checkpoint) -> list[str]:
@@ -51,7 +91,7 @@ def pytorch_engine_verdict(target: Checkpoint) -> EngineVerdict:
             )
         if q.bits != 4:
             problems.append(f"{q.bits}-bit AWQ: the PyTorch engine runs 4-bit AWQ only")
-        problems += tensor_problems(target, q)[1]
+        problems += tensor_problems(target, q)[1] + awq_alignment_problems(target)
         if problems:
             return EngineVerdict(engine="pytorch", status="refused", reasons=problems[:5])
         return EngineVerdict(engine="pytorch", status="accepted", reasons=["AWQ runs in float16"])
@@ -64,6 +104,13 @@ def pytorch_engine_verdict(target: Checkpoint) -> EngineVerdict:
                 status="refused",
                 reasons=[reason, "cannot repack to AWQ: " + "; ".join(blockers[:3])],
                 fixes=[],
+            )
+        misaligned = awq_alignment_problems(target)
+        if misaligned:
+            return EngineVerdict(
+                engine="pytorch",
+                status="refused",
+                reasons=[reason, "even repacked to AWQ it would be refused: " + "; ".join(misaligned[:3])],
             )
         return EngineVerdict(
             engine="pytorch",

@@ -129,6 +129,28 @@ def plan(cfg: QuantizeSection) -> tuple[str, bool, Backend, list[str]]:
     return method, sym, backend, warnings
 
 
+def speculative_shape_warnings(ckpt: Checkpoint, method: str, cfg: QuantizeSection) -> list[str]:
+    """For `--for speculative`: layer sizes LMDeploy's PyTorch engine will refuse once quantized to 4-bit
+    AWQ (or GPTQ repacked to AWQ), read from the unquantized weights' headers before any work is done."""
+    if cfg.target != "speculative" or method not in ("awq", "gptq"):
+        return []
+    from ..convert.compat import fused_alignment_problems
+
+    outputs = {
+        name.removesuffix(".weight"): t.shape[0]
+        for name, t in ckpt.tensors.items()
+        if name.endswith(".weight") and len(t.shape) == 2
+    }
+    problems = fused_alignment_problems(outputs, cfg.bits, cfg.group_size)
+    if not problems:
+        return []
+    return [
+        "LMDeploy's PyTorch engine (the one that speculates) will refuse this model's 4-bit AWQ: "
+        + "; ".join(problems[:3])
+        + "; TurboMind (plain decoding) is not affected"
+    ]
+
+
 def _copy_side_files(src: Path, dst: Path) -> None:
     for name in SIDE_FILES:
         if (src / name).is_file() and not (dst / name).exists():
@@ -160,6 +182,7 @@ def quantize(
             f"{model} is already quantized ({ckpt.quantization.method}); pass the original model"
         )
     method, sym, backend, warnings = plan(cfg)
+    warnings += speculative_shape_warnings(ckpt, method, cfg)
     for w in warnings:
         progress(f"warning: {w}")
     if out.exists():

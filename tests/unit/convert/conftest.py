@@ -16,7 +16,7 @@ from specq.pipeline.convert.st_io import write_tensors
 HIDDEN, INTER, LAYERS, VOCAB = 128, 256, 2, 512
 LINEARS = {  # name: (in, out)
     "self_attn.q_proj": (HIDDEN, HIDDEN),
-    "self_attn.k_proj": (HIDDEN, 64),
+    "self_attn.k_proj": (HIDDEN, 128),
     "mlp.down_proj": (INTER, HIDDEN),
 }
 
@@ -25,7 +25,7 @@ def qwen3_config(**extra: Any) -> dict[str, Any]:
     cfg = {
         "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": HIDDEN,
         "intermediate_size": INTER, "num_hidden_layers": LAYERS, "num_attention_heads": 2,
-        "num_key_value_heads": 1, "head_dim": 64, "vocab_size": VOCAB, "dtype": "bfloat16",
+        "num_key_value_heads": 2, "head_dim": 64, "vocab_size": VOCAB, "dtype": "bfloat16",
     }  # fmt: skip
     cfg.update(extra)
     return cfg
@@ -57,7 +57,8 @@ def gptq_tensors(rng: np.random.Generator, k: int, n: int, g: int, zero: int = 8
 
 @pytest.fixture
 def make_ckpt(tmp_path: Path) -> Callable[..., Path]:
-    """make_ckpt(kind="gptq"|"awq"|"ct"|"hf", group=128, name=..., config=..., drop=..., zero=8) -> dir."""
+    """make_ckpt(kind="gptq"|"awq"|"ct"|"hf", group=128, name=..., config=..., drop=..., zero=8,
+    linears={name: (in, out)}) -> dir."""
     counter = iter(range(1000))
 
     def make(
@@ -69,6 +70,7 @@ def make_ckpt(tmp_path: Path) -> Callable[..., Path]:
         drop: tuple[str, ...] = (),
         zero: int = 8,
         seed: int = 0,
+        linears: dict[str, tuple[int, int]] | None = None,
     ) -> Path:
         rng = np.random.default_rng(seed)
         d = tmp_path / (name or f"{kind}-{next(counter)}")
@@ -79,7 +81,7 @@ def make_ckpt(tmp_path: Path) -> Callable[..., Path]:
             ("lm_head.weight", "F16", rng.standard_normal((VOCAB, HIDDEN)).astype(np.float16)),
         ]
         for layer in range(LAYERS):
-            for lin, (k, n) in LINEARS.items():
+            for lin, (k, n) in (linears or LINEARS).items():
                 p = f"model.layers.{layer}.{lin}"
                 if kind == "hf":
                     items.append((f"{p}.weight", "F16", rng.standard_normal((n, k)).astype(np.float16)))

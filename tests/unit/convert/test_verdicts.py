@@ -35,6 +35,39 @@ def test_awq_accepted_everywhere(make_ckpt) -> None:
     assert pytorch_engine_refusal(Checkpoint(r.model)) is None
 
 
+# One 64-wide KV head, as in a Qwen3 with num_key_value_heads 1 and head_dim 64.
+NARROW_KV = {"self_attn.k_proj": (128, 64), "self_attn.v_proj": (128, 64), "mlp.down_proj": (256, 128)}
+
+
+def test_awq_with_narrow_kv_refused_by_pytorch_engine(make_ckpt) -> None:
+    """LMDeploy 0.18 loads q/k/v (and gate/up) through chunk_aligned(..., max(32 // bits, group_size)):
+    a 64-wide k_proj asserts at load (seen on the H200); TurboMind only needs multiples of 32."""
+    _, v = verdicts(make_ckpt("awq", linears=NARROW_KV))
+    assert v["turbomind"].status == "accepted"
+    assert v["pytorch"].status == "refused"
+    assert v["pytorch"].reasons == [
+        "k_proj output 64 is not a multiple of 128 (2 layers): LMDeploy 0.18's fused AWQ q/k/v and gate/up "
+        "linears need multiples of max(32 // bits, group_size)",
+        "v_proj output 64 is not a multiple of 128 (2 layers): LMDeploy 0.18's fused AWQ q/k/v and gate/up "
+        "linears need multiples of max(32 // bits, group_size)",
+    ]
+
+
+def test_awq_alignment_follows_group_size(make_ckpt) -> None:
+    # align = max(32 // 4, 32) = 32 divides 64: group-32 AWQ with the same narrow KV head loads.
+    _, v = verdicts(make_ckpt("awq", group=32, linears=NARROW_KV))
+    assert v["pytorch"].status == "accepted"
+
+
+def test_gptq_with_narrow_kv_not_offered_a_repack(make_ckpt) -> None:
+    src = make_ckpt("gptq", linears=NARROW_KV)
+    _, v = verdicts(src)
+    assert v["pytorch"].status == "refused" and v["pytorch"].fixes == []
+    assert v["pytorch"].reasons[1].startswith("even repacked to AWQ it would be refused: k_proj output 64")
+    msg = pytorch_engine_refusal(Checkpoint(src))
+    assert msg is not None and "--to awq" not in msg
+
+
 def test_unquantized_accepted(make_ckpt) -> None:
     r, v = verdicts(make_ckpt("hf"))
     assert r.model_format == "hf" and v["turbomind"].status == "accepted"

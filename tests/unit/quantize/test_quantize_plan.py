@@ -162,3 +162,35 @@ def test_saved_config_round_trips(tmp_path: Path) -> None:
     path.write_text(config_to_toml(SpecqConfig(quantize=q), ("quantize",)))
     assert 'for = "plain"' in path.read_text()
     assert resolve_config(path).quantize == q
+
+
+def _hf_model(d: Path, kv_out: int) -> Path:
+    """An unquantized two-layer checkpoint's headers: q_proj 128 wide, k_proj `kv_out` wide."""
+    import numpy as np
+
+    from specq.pipeline.convert.st_io import write_tensors
+
+    d.mkdir()
+    items = []
+    for i in range(2):
+        for name, out in (("q_proj", 128), ("k_proj", kv_out)):
+            w = np.zeros((out, 128), np.float16)
+            items.append((f"model.layers.{i}.self_attn.{name}.weight", "F16", w))
+    write_tensors(d / "model.safetensors", items, {"format": "pt"})
+    (d / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"]}))
+    return d
+
+
+def test_speculative_quantize_warns_about_narrow_kv_heads(tmp_path: Path) -> None:
+    from specq.pipeline.checkpoint import Checkpoint
+    from specq.pipeline.quantize import speculative_shape_warnings
+
+    narrow = Checkpoint(_hf_model(tmp_path / "narrow", 64))
+    wide = Checkpoint(_hf_model(tmp_path / "wide", 128))
+    spec = QuantizeSection(calib="x.jsonl")
+    (w,) = speculative_shape_warnings(narrow, "awq", spec)
+    assert "k_proj output 64 is not a multiple of 128 (2 layers)" in w and "TurboMind" in w
+    assert speculative_shape_warnings(wide, "awq", spec) == []
+    assert speculative_shape_warnings(narrow, "awq", spec.model_copy(update={"group_size": 32})) == []
+    plain = QuantizeSection.model_validate({"for": "plain", "calib": "x.jsonl"})
+    assert speculative_shape_warnings(narrow, "gptq", plain) == []
