@@ -28,7 +28,7 @@ from .acceptance import AcceptanceAtK, heldout_prompts, measure_acceptance
 from .corpus import Corpus, load_corpus
 from .models import SIZES, SizePreset, param_count, qwen3_config
 
-TOY_FORMAT_VERSION = 2
+TOY_FORMAT_VERSION = 3
 REPORT_NAME = "toy_report.json"
 MAX_K = 6
 

@@ -1,7 +1,8 @@
-"""Sizes of the toy pair. Every shape suits the 4-bit kernels (GPTQ/AWQ group size 128, TurboMind):
-each linear layer's input size is a multiple of 128 and its output a multiple of 32, head_dim is 64, and the
-vocabulary is a multiple of 128. Embeddings are untied (safer for quantizers); rope_theta 10000, 2048
-positions."""
+"""Sizes of the toy pair. Every shape suits the 4-bit kernels (GPTQ/AWQ group size 128, TurboMind, and
+LMDeploy's PyTorch-engine AWQ): each linear layer's input size is a multiple of 128 and its output a multiple
+of 32; the q/k/v and gate/up outputs are multiples of 128 (LMDeploy 0.18 loads those fused AWQ linears in
+128-wide chunks, so one 64-wide KV head is refused); head_dim is 64, and the vocabulary is a multiple of 128.
+Embeddings are untied (safer for quantizers); rope_theta 10000, 2048 positions."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 MAX_POSITIONS = 2048
+FUSED = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
 ROPE_THETA = 10000.0
 
 
@@ -41,6 +43,8 @@ class ModelSpec:
                 problems.append(f"{name} input {fan_in} is not a multiple of 128")
             if fan_out % 32:
                 problems.append(f"{name} output {fan_out} is not a multiple of 32")
+            elif name in FUSED and fan_out % 128:
+                problems.append(f"{name} output {fan_out} is not a multiple of 128 (LMDeploy fused AWQ)")
         if self.head_dim not in (64, 128):
             problems.append(f"head_dim {self.head_dim} is not 64 or 128")
         if vocab_size % 128:
@@ -79,14 +83,14 @@ SIZES: dict[str, SizePreset] = {
             hidden_size=128,
             num_hidden_layers=2,
             num_attention_heads=2,
-            num_key_value_heads=1,
+            num_key_value_heads=2,
             intermediate_size=384,
         ),
         draft=ModelSpec(
             hidden_size=128,
             num_hidden_layers=1,
             num_attention_heads=2,
-            num_key_value_heads=1,
+            num_key_value_heads=2,
             intermediate_size=128,
         ),
         tokenizer_chars=1_500_000,

@@ -25,6 +25,13 @@ def test_check_names_bad_shapes() -> None:
     problems = " ".join(bad.check(1000))
     for needle in ("q_proj input 96", "down_proj input 200", "head_dim 32", "vocab_size 1000"):
         assert needle in problems
+    # one 64-wide KV head: fine for TurboMind (multiple of 32), refused by LMDeploy's fused AWQ q/k/v
+    narrow = ModelSpec(hidden_size=128, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                       intermediate_size=256)  # fmt: skip
+    assert narrow.check(2048) == [
+        "k_proj output 64 is not a multiple of 128 (LMDeploy fused AWQ)",
+        "v_proj output 64 is not a multiple of 128 (LMDeploy fused AWQ)",
+    ]
 
 
 def test_cache_key() -> None:
