@@ -10,12 +10,14 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from specq.pipeline.config import SpecqConfig, resolve_config
 
-out = Console(soft_wrap=True)  # data
-err = Console(stderr=True, soft_wrap=True)  # progress, logs, hints
+# Never read strings as rich markup: they carry paths and pip extras such as specq[quant]. Colour is given
+# explicitly (Text, style=) where it is wanted.
+out = Console(soft_wrap=True, markup=False)  # data
+err = Console(stderr=True, soft_wrap=True, markup=False)  # progress, logs, hints
 
 ConfigOpt = Annotated[
     Path | None,
@@ -31,20 +33,29 @@ class State:
     quiet = False
 
 
-def info(msg: str) -> None:
+def info(msg: str | Text) -> None:
     if not State.quiet:
         err.print(msg, highlight=False)
 
 
+def note(msg: str) -> None:
+    info(Text.assemble(("note", "yellow"), f": {msg}"))
+
+
 def debug(msg: str) -> None:
     if State.verbose and not State.quiet:
-        err.print(f"[dim]{msg}[/dim]", highlight=False)
+        err.print(msg, style="dim", highlight=False)
 
 
 def progress(msg: str) -> None:
-    """The progress callback handed to pipeline functions. Their messages carry paths and pip extras such
-    as specq[lmdeploy], so they are never read as rich markup."""
-    info(f"[cyan]•[/cyan] {escape(msg)}")
+    """The progress callback handed to pipeline functions."""
+    info(Text.assemble(("•", "cyan"), f" {msg}"))
+
+
+def status_text(status: str) -> Text:
+    """A verdict or check status in its colour."""
+    colour = {"accepted": "green", "ok": "green", "fixable": "yellow", "warn": "yellow"}.get(status, "red")
+    return Text(status, style=colour)
 
 
 def typed(**options: Any) -> dict[str, Any]:

@@ -7,10 +7,12 @@ import logging
 import os
 import sys
 import traceback
+from collections.abc import Sequence
 from typing import Any
 
 import typer
 from rich.text import Text
+from typer._click.exceptions import ClickException
 from typer.core import TyperGroup
 
 from specq.pipeline import __version__
@@ -36,6 +38,35 @@ class SpecqGroup(TyperGroup):
             _quiet_broken_pipe()
         except Exception as e:  # the one place a blind except belongs: nothing else may reach the user
             _fail(e, f"unexpected error: {type(e).__name__}: {e} (rerun with SPECQ_DEBUG=1 and report it)", 1)
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Usage errors (unknown option, missing argument, bad choice) as one line on stderr, exit 2,
+        instead of Typer's framed panel."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except typer.Abort:
+            _common.err.print(Text.assemble(("specq: error: ", "bold red"), "aborted"), highlight=False)
+            sys.exit(1)
+        except ClickException as e:
+            if not e.format_message().strip():  # bare `specq` / `specq toy`: the help is already shown
+                sys.exit(e.exit_code)
+            ctx = getattr(e, "ctx", None)
+            hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+            line = " ".join(e.format_message().split()) + hint
+            _common.err.print(Text.assemble(("specq: error: ", "bold red"), line), highlight=False)
+            sys.exit(e.exit_code)
+        # Without standalone mode an explicit exit comes back as its code; a command's return is not one.
+        sys.exit(rv if isinstance(rv, int) else 0)
 
 
 def _quiet_broken_pipe() -> None:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ._common import ConfigOpt, JsonOpt, emit_json, err, out, progress, resolve
+from ._common import ConfigOpt, JsonOpt, emit_json, err, note, out, progress, resolve, status_text
 
 
 def register(app: typer.Typer) -> None:
@@ -74,9 +74,6 @@ def register(app: typer.Typer) -> None:
             raise NotReady(f"{result.report.model} is not ready to serve as asked{hint}")
 
 
-STYLE = {"accepted": "green", "fixable": "yellow", "refused": "red"}
-
-
 def _render(result) -> None:  # ConvertResult; typed loosely to keep the pipeline import lazy
     if result.repack is not None:
         r = result.repack
@@ -86,26 +83,25 @@ def _render(result) -> None:  # ConvertResult; typed loosely to keep the pipelin
         c = result.cast
         out.print(f"{c.dtype} copy: {c.out} ({c.tensors_cast} tensors cast, {c.tensors_copied} copied)")
         if c.underflow_to_zero:
-            err.print(
-                f"[yellow]note[/yellow]: {c.underflow_to_zero} tiny nonzero weights became 0 in {c.dtype}"
-            )
+            note(f"{c.underflow_to_zero} tiny nonzero weights became 0 in {c.dtype}")
     rep = result.report
     if rep is None:
         return
     draft = f", draft {rep.draft.kind} ({rep.draft.method or 'embedded only'})" if rep.draft else ""
     out.print(f"{rep.model}: {rep.architecture} · {rep.model_format}{draft}", highlight=False)
-    table = Table("engine", "verdict", "why / fix", show_lines=False)
+    table = Table("engine", "verdict", "why", show_lines=False)
+    table.columns[2].overflow = "fold"
     for v in rep.verdicts:
-        why = "; ".join(v.reasons)
-        if v.fixes:
-            why += ("\n" if why else "") + "fix: " + " && ".join(v.fixes)
-        table.add_row(v.label, f"[{STYLE[v.status]}]{v.status}[/{STYLE[v.status]}]", why)
+        table.add_row(v.label, status_text(v.status), "; ".join(v.reasons))
     out.print(table)
+    for v in rep.verdicts:  # whole lines, so the commands can be copied
+        if v.fixes:
+            out.print(f"fix for {v.label}: {' && '.join(v.fixes)}", highlight=False)
     if rep.max_draft_tokens is not None:
         out.print(f"largest --draft-tokens: {rep.max_draft_tokens}")
     if rep.engine:
         out.print(f"serve with: {rep.engine}")
     for n in rep.notes:
-        err.print(f"[yellow]note[/yellow]: {n}")
+        note(n)
     if rep.manifest:
         err.print(f"wrote {rep.manifest}")

@@ -7,9 +7,7 @@ from rich.table import Table
 
 from specq.pipeline.doctor import run_doctor
 
-from ._common import JsonOpt, emit_json, out
-
-STYLE = {"ok": "green", "warn": "yellow", "fail": "red"}
+from ._common import JsonOpt, emit_json, out, status_text
 
 
 def doctor(json_: JsonOpt = False) -> None:
@@ -24,9 +22,9 @@ def doctor(json_: JsonOpt = False) -> None:
     else:
         table = Table(title="specq doctor")
         for col in ("check", "status", "detail", "fix"):
-            table.add_column(col)
+            table.add_column(col, overflow="fold")  # never cut a path or a command short
         for c in report.checks:
-            table.add_row(c.name, f"[{STYLE[c.status]}]{c.status}[/]", c.detail, c.fix or "")
+            table.add_row(c.name, status_text(c.status), c.detail, c.fix or "")
         out.print(table)
     if report.worst == "fail":
         raise typer.Exit(4)

@@ -78,7 +78,7 @@ def _render(p: MemoryPlan) -> None:
         table.add_row(r.item, f"{r.bytes / 2**30:.2f}", r.note)
     out.print(table)
     colour = "green" if p.fits else "red"
-    out.print(f"[{colour}]{p.verdict}[/{colour}]", highlight=False)
+    out.print(p.verdict, style=colour, highlight=False)
     if p.engine == "lmdeploy" and p.cache_max_entry_count is not None:
         out.print(
             f"recommended: --cache-max-entry-count {p.cache_max_entry_count} "

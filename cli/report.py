@@ -51,9 +51,9 @@ def compare(
         return
     out.print(compare_table(rows, str(a), str(b)), end="", highlight=False, markup=False)
     if ra.workload.digest != rb.workload.digest:
-        from ._common import info
+        from ._common import note
 
-        info("[yellow]note:[/yellow] the two reports measured different workloads (digests differ)")
+        note("the two reports measured different workloads (digests differ)")
 
 
 def register(app: typer.Typer) -> None:

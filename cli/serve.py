@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup
 
 from specq.pipeline.config.models import Method
@@ -129,7 +128,7 @@ def start(
             out.print(result.command_line, highlight=False, markup=False, soft_wrap=True)
             from specq.pipeline.config import config_to_toml
 
-            info(escape(config_to_toml(cfg, run.STAGES["serve"]).rstrip()))
+            info(config_to_toml(cfg, run.STAGES["serve"]).rstrip())
         return
     if detach:
         result = run.serve_detached(cfg, run_dir, progress)

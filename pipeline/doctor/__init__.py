@@ -14,13 +14,6 @@ from .. import hardware
 
 Status = Literal["ok", "warn", "fail"]
 
-QUANT_BACKENDS = {
-    "gptqmodel": "gptqmodel",
-    "llmcompressor": "llmcompressor",
-    "autoawq": "awq",
-    "lmdeploy": "lmdeploy",
-}
-
 
 class Check(BaseModel):
     name: str
@@ -168,14 +161,16 @@ def run_doctor(path: str = ".") -> DoctorReport:
             "from the flash-attention project's hopper/ directory",
         )
     )
-    for name, module in QUANT_BACKENDS.items():
-        present = hardware.module_present(module)
+    from ..quantize.backends import BACKENDS  # the quantize stage's own registry: one list of backends
+
+    for b in BACKENDS.values():
+        present = b.installed
         add(
             Check(
-                name=f"quant:{name}",
+                name=f"quant:{b.name}",
                 status="ok" if present else "warn",
                 detail="installed" if present else "not installed",
-                fix=None if present else "pip install 'specq[quant]'",
+                fix=None if present else b.install_hint,
             )
         )
     return DoctorReport(checks=checks, gpus=gpus)

@@ -50,6 +50,11 @@ class Backend:
     runner: str  # "module:function" inside specq.pipeline.quantize
     local_calibration: bool = True
     note: str = ""
+    extra: str = "quant"  # the specq extra that installs it
+
+    @property
+    def install_hint(self) -> str:
+        return f"pip install 'specq[{self.extra}]'"
 
     @property
     def installed(self) -> bool:
@@ -83,6 +88,7 @@ BACKENDS: dict[str, Backend] = {
             "_lmdeploy:run",
             local_calibration=False,
             note="lmdeploy lite auto_awq: calibration from named hub sets only",
+            extra="lmdeploy",
         ),
     )
 }
@@ -115,7 +121,7 @@ def resolve_backend(method: str, name: str | None) -> Backend:
             )
         if not backend.installed:
             raise EnvironmentMissing(
-                f"backend '{backend.name}' is not installed; install it with: pip install {backend.package}"
+                f"backend '{backend.name}' is not installed; install it with: {backend.install_hint}"
             )
         return backend
     for backend in backends_for(method):

@@ -99,3 +99,19 @@ def test_console_script_installed() -> None:
     res = subprocess.run([str(exe), "config", "show", "--stage", "nope"], capture_output=True, text=True)
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["toy", "build"], "Missing argument 'OUT'. (see `specq toy build --help`)"),
+        (["nope"], "No such command 'nope'."),
+        (["bench", "--no-such-option"], "No such option: --no-such-option"),
+    ],
+)
+def test_usage_errors_are_one_line(args: list[str], needle: str) -> None:
+    exe = Path(sys.executable).parent / "specq"
+    res = subprocess.run([str(exe), *args], capture_output=True, text=True)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith("specq: error: "), res.stderr
+    assert needle in res.stderr

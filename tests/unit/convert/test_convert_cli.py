@@ -74,3 +74,13 @@ def test_convert_does_not_import_torch(make_ckpt) -> None:
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "HEAVY []" in res.stdout
+
+
+def test_brackets_in_paths_are_printed_as_written(cli, make_ckpt) -> None:
+    """Paths and pip extras (specq[quant]) are never read as rich markup."""
+    d = make_ckpt("gptq", name="qwen[bold]")
+    code, out, err = cli("convert", str(d))
+    assert code == 0, err
+    assert f"{d}: Qwen3ForCausalLM" in out
+    assert f"fix for PyTorch engine: specq convert '{d}' --to awq --out '{d}-awq'" in out
+    assert str(d / "specq-manifest.json") in err
