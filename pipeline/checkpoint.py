@@ -204,9 +204,17 @@ class Checkpoint:
 
     @property
     def torch_dtype(self) -> str | None:
-        return (
-            self.config.get("torch_dtype") or self.config.get("dtype") or self.text_config.get("torch_dtype")
-        )
+        """The config's dtype; without one, the floating dtype most of the safetensors tensors have."""
+        cfg, text = self.config, self.text_config
+        said = cfg.get("torch_dtype") or cfg.get("dtype") or text.get("torch_dtype") or text.get("dtype")
+        if said or not self.has_weights:
+            return said
+        names = {"F16": "float16", "BF16": "bfloat16", "F32": "float32"}
+        counts: dict[str, int] = {}
+        for t in self.tensors.values():
+            if t.dtype in names:
+                counts[names[t.dtype]] = counts.get(names[t.dtype], 0) + 1
+        return max(counts, key=lambda k: counts[k]) if counts else None
 
 
 def _compressed_tensors_info(q: dict[str, Any]) -> QuantInfo:

@@ -42,6 +42,9 @@ CONFIG_FIELDS = (
     "dflash_config",
 )
 REQUIRED_FIELDS = tuple(f for f in CONFIG_FIELDS if f != "target_hidden_size")
+# Written after those by the export: the checkpoint's dtype in both spellings (transformers 5 reads `dtype`,
+# older readers `torch_dtype`), so engines and `specq convert` know it without opening the weights.
+DTYPE_FIELDS = ("torch_dtype", "dtype")
 DFLASH_FIELDS = ("block_size", "mask_token_id", "target_layer_ids")
 
 LAYER_TENSORS = (

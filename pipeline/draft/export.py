@@ -76,4 +76,5 @@ def write_checkpoint(out: Path, config: dict[str, Any], state_dict: dict[str, An
     tdtype = getattr(torch, dtype)
     tensors = {k: v.detach().to("cpu", tdtype).contiguous() for k, v in sorted(state_dict.items())}
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = {**config, **dict.fromkeys(contract.DTYPE_FIELDS, dtype)}
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")

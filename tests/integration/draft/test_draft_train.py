@@ -41,7 +41,8 @@ def test_checkpoint_follows_the_lmdeploy_contract(drafter) -> None:
     draft, target = Checkpoint(out), Checkpoint(pair.target)
     assert contract.check_drafter(draft, target, num_draft_tokens=7) == []
     assert set(draft.tensors) == set(contract.expected_tensors(draft.config))
-    assert tuple(draft.config) == contract.CONFIG_FIELDS
+    assert tuple(draft.config) == contract.CONFIG_FIELDS + contract.DTYPE_FIELDS
+    assert draft.torch_dtype == "float32"
     assert draft.draft_kind == "dflash"
     dc = draft.config["dflash_config"]
     n = target.text_config["num_hidden_layers"]

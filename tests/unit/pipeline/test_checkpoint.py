@@ -170,3 +170,13 @@ def test_draft_kind(tmp_path: Path, config: dict, kind: str) -> None:
 def test_text_config_of_multimodal(tmp_path: Path) -> None:
     ck = Checkpoint(_dir(tmp_path, {"text_config": {"hidden_size": 8}, "vision_config": {}}))
     assert ck.text_config == {"hidden_size": 8}
+
+
+def test_dtype_from_config_else_from_the_weights(tmp_path: Path) -> None:
+    weights = {"a": np.zeros(4, np.float16), "b": np.zeros(4, np.float16), "c": np.zeros(4, np.float32)}
+    said = _dir(tmp_path, {"torch_dtype": "bfloat16"}, weights, name="said")
+    unsaid = _dir(tmp_path, {"architectures": ["X"]}, weights, name="unsaid")
+    config_only = _dir(tmp_path, {"architectures": ["X"]}, name="config-only")
+    assert Checkpoint(said).torch_dtype == "bfloat16"  # the config wins
+    assert Checkpoint(unsaid).torch_dtype == "float16"  # most tensors are F16
+    assert Checkpoint(config_only).torch_dtype is None
