@@ -17,14 +17,19 @@ from specq.pipeline.checkpoint import Checkpoint, QuantInfo
 from .layout import QuantLinear, quantized_linears
 from .verdict import EngineVerdict
 
-# lmdeploy/turbomind/supported_models.py (0.18): architecture -> TurboMind model name.
+# lmdeploy/turbomind/supported_models.py: architecture -> TurboMind model name, as in LMDeploy 0.18.0's
+# released source (compared with it on 2026-11-30; tests/unit/convert/test_turbomind_mirror.py).
 SUPPORTED_ARCHS: dict[str, str] = {
     "Qwen2ForCausalLM": "qwen2",
     "Qwen2MoeForCausalLM": "qwen2-moe",
+    "Qwen2VLForConditionalGeneration": "qwen2_vl",
+    "Qwen2_5_VLForConditionalGeneration": "qwen2_vl",
     "Qwen3ForCausalLM": "qwen3",
     "Qwen3MoeForCausalLM": "qwen3-moe",
     "Qwen3_5ForConditionalGeneration": "qwen3_5",
     "Qwen3_5MoeForConditionalGeneration": "qwen3_5-moe",
+    "InternS2PreviewForConditionalGeneration": "qwen3_5-moe",
+    "InternS2MobiusForConditionalGeneration": "interns2_mobius",
     "InternVLChatModel": "internvl",
     "InternVLForConditionalGeneration": "internvl",
     "InternS1ForConditionalGeneration": "internvl",
@@ -33,6 +38,7 @@ SUPPORTED_ARCHS: dict[str, str] = {
     "InternLM3ForCausalLM": "llama",
     "Glm4MoeLiteForCausalLM": "glm4-moe-lite",
     "GptOssForCausalLM": "gpt-oss",
+    "MixtralForCausalLM": "mixtral",
 }
 
 # lmdeploy/turbomind/converter.py `_SUPPORTED_GROUP_SIZES`: the combinations verified end to end.
@@ -59,6 +65,8 @@ def architecture_problems(ckpt: Checkpoint) -> list[str]:
             f"architecture {archs[0]} is not in TurboMind's supported list (LMDeploy 0.18 SUPPORTED_ARCHS); "
             "use the PyTorch engine (--backend pytorch)"
         ]
+    if archs[0] == "Glm4MoeLiteForCausalLM" and ckpt.config.get("vision_config") is not None:
+        return ["TurboMind does not load Glm4MoeLite with a vision_config (LMDeploy 0.18 is_supported)"]
     return []
 
 

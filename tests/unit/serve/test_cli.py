@@ -73,10 +73,6 @@ def test_method_needing_draft_without_one(cli, ckpts: dict[str, Path]) -> None:
 
 
 def test_gptq_speculative_dry_run_gives_repack_advice(cli, ckpts: dict[str, Path]) -> None:
-    try:
-        from specq.pipeline.convert.compat import pytorch_engine_refusal  # noqa: F401
-    except ImportError:
-        pytest.skip("pytorch_engine_refusal arrives with the convert stage (branch convert)")
     code, _, err = cli("serve", str(ckpts["gptq"]), "--draft-model", str(ckpts["dflash"]), "-k", "4",
                        "--engine", "lmdeploy", "--dry-run")  # fmt: skip
     assert code == 2 and "specq convert" in err and "--to awq" in err
@@ -94,7 +90,7 @@ def test_launch_without_lmdeploy_is_exit_4(
 ) -> None:
     from specq.pipeline import hardware
 
-    monkeypatch.setattr(hardware, "package_version", lambda name: None)
+    monkeypatch.setattr(hardware, "lmdeploy_version", lambda: None)
     code, _, err = cli("serve", str(ckpts["target"]), "--engine", "lmdeploy")
     assert code == 4 and "lmdeploy is not installed" in err
 

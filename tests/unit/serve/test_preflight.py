@@ -22,9 +22,7 @@ P100 = GpuInfo(index=0, name="Tesla P100", memory_total_bytes=16 * 2**30, comput
 def machine(monkeypatch: pytest.MonkeyPatch):
     """Defaults to a complete GPU machine; each test removes one piece."""
     state = {"lmdeploy": "0.18.0", "gpus": [H200], "turbomind": None, "fa3": None}
-    monkeypatch.setattr(
-        hardware, "package_version", lambda name: state["lmdeploy"] if name == "lmdeploy" else None
-    )
+    monkeypatch.setattr(hardware, "lmdeploy_version", lambda: state["lmdeploy"])
     monkeypatch.setattr(hardware, "list_gpus", lambda: state["gpus"])
     monkeypatch.setattr(hardware, "try_import", lambda m: state["turbomind"] if "turbomind" in m else None)
     monkeypatch.setattr(hardware, "flash_attention_3", lambda: state["fa3"])
