@@ -234,7 +234,7 @@ class PlanSection(Section):
     prefill_tokens: int | None = Field(
         None, ge=1, description="embedded engine: longest prompt prefilled at once; default: session_len"
     )
-    cuda_context: str = Field("512MiB", description="CUDA context + library workspaces outside the allocator")
+    cuda_context: str = Field("512MiB", description="per process: CUDA context + cuBLAS workspaces (fixed)")
     cuda_graphs: str = Field("256MiB", description="LMDeploy CUDA-graph pools (0 with eager_mode)")
 
 

@@ -554,7 +554,9 @@ def _finish(plan: MemoryPlan, t: _Model, d: _Model | None, safety: int) -> None:
     rows = [
         PlanRow(item="GPU memory", bytes=plan.gpu_memory_bytes, note=plan.gpu_memory_source),
         PlanRow(
-            item="CUDA context + workspaces", bytes=plan.cuda_context_bytes, note="outside torch's allocator"
+            item="CUDA context + workspaces",
+            bytes=plan.cuda_context_bytes,
+            note="per process: driver context, cuBLAS workspaces",
         ),
         PlanRow(
             item="target weights",
