@@ -494,9 +494,9 @@ def _embedded(total, ctx, weights, state_seq, batch, session, lookahead, safety,
     def need(b: int, s: int) -> tuple[int, int, int, int]:
         tk, dk = per_token(s)
         kv = b * (s + lookahead) * (tk + dk)
-        growth = (
-            (tk // max(1, t.shape.full_layers + t.shape.sliding_layers)) * b * s
-        )  # one layer's torch.cat copy
+        # transformers' DynamicLayer.update grows the cache with torch.cat, keys first and then values, so at
+        # the peak one layer's K (or V) tensor exists twice: the old one and its grown copy.
+        growth = (tk // max(1, 2 * (t.shape.full_layers + t.shape.sliding_layers))) * b * s
         prefill = min(cfg.plan.prefill_tokens or s, s)
         acts = _activation_bytes(t.shape, b * prefill, act) + b * (lookahead + 1) * t.shape.vocab * 4 * 2
         if d is not None:

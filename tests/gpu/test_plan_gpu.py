@@ -13,6 +13,7 @@ Set SPECQ_GPU_REPORT_DIR to write plan_gpu_<case>.json with both figures."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from pathlib import Path
@@ -88,6 +89,7 @@ def test_embedded_peak_within_10_percent(pair: tuple[Path, Path], with_draft: bo
     )
     plan = plan_memory(Checkpoint(target_dir), Checkpoint(draft_dir) if with_draft else None, cfg)
 
+    gc.collect()  # a previous case's objects must not be freed mid-measurement (it would lower the peak)
     workspaces = _warm_cuda_libraries(getattr(torch, str(Checkpoint(target_dir).torch_dtype or "float32")))
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
