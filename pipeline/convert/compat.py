@@ -98,20 +98,14 @@ def pytorch_engine_verdict(target: Checkpoint) -> EngineVerdict:
     if m == "gptq":
         reason = "refuses GPTQ (LMDeploy 0.18: 'Unsupported quant method: gptq')"
         blockers = repack_blockers(target)
-        if blockers:
-            return EngineVerdict(
-                engine="pytorch",
-                status="refused",
-                reasons=[reason, "cannot repack to AWQ: " + "; ".join(blockers[:3])],
-                fixes=[],
+        misaligned = [] if blockers else awq_alignment_problems(target)
+        if blockers or misaligned:
+            why = (
+                "cannot repack to AWQ: " + "; ".join(blockers[:3])
+                if blockers
+                else "even repacked to AWQ it would be refused: " + "; ".join(misaligned[:3])
             )
-        misaligned = awq_alignment_problems(target)
-        if misaligned:
-            return EngineVerdict(
-                engine="pytorch",
-                status="refused",
-                reasons=[reason, "even repacked to AWQ it would be refused: " + "; ".join(misaligned[:3])],
-            )
+            return EngineVerdict(engine="pytorch", status="refused", reasons=[reason, why])
         return EngineVerdict(
             engine="pytorch",
             status="fixable",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,43 @@ def _optimizer(model: Any, lr: float) -> Any:
     return torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
 
 
+def _train(
+    model: Any,
+    loss_of: Callable[[Any], Any],
+    stream: Any,
+    *,
+    steps: int,
+    seq_len: int,
+    batch_size: int,
+    lr: float,
+    gen: Any,
+    device: str,
+    label: str,
+    metric: str,
+    progress: Progress,
+) -> TrainResult:
+    """The loop both models share: warm-up/cosine AdamW over seeded random batches, clipped at norm 1."""
+    import torch
+
+    opt = _optimizer(model, lr)
+    model.train()
+    losses: list[float] = []
+    start = time.monotonic()
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = _lr(step, steps, lr)
+        loss = loss_of(_batch(stream, seq_len, batch_size, gen).to(device))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if (step + 1) % max(1, steps // 5) == 0:
+            progress(f"{label} step {step + 1}/{steps}: {metric} {losses[-1]:.3f}")
+    model.eval()
+    return TrainResult(steps, time.monotonic() - start, sum(losses[-10:]) / len(losses[-10:]), losses)
+
+
 def train_target(
     model: Any,
     stream: Any,
@@ -66,29 +104,19 @@ def train_target(
     device: str = "cpu",
     progress: Progress = null_progress,
 ) -> TrainResult:
+    """Next-token cross-entropy."""
     import torch
     import torch.nn.functional as F
 
-    gen = torch.Generator().manual_seed(seed)
-    opt = _optimizer(model, lr)
-    model.train()
-    losses: list[float] = []
-    start = time.monotonic()
-    for step in range(steps):
-        for group in opt.param_groups:
-            group["lr"] = _lr(step, steps, lr)
-        batch = _batch(stream, seq_len, batch_size, gen).to(device)
+    def loss_of(batch: Any) -> Any:
         logits = model(input_ids=batch[:, :-1]).logits
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), batch[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
-        if (step + 1) % max(1, steps // 5) == 0:
-            progress(f"target step {step + 1}/{steps}: loss {losses[-1]:.3f}")
-    model.eval()
-    return TrainResult(steps, time.monotonic() - start, sum(losses[-10:]) / len(losses[-10:]), losses)
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), batch[:, 1:].reshape(-1))
+
+    gen = torch.Generator().manual_seed(seed)
+    return _train(
+        model, loss_of, stream, steps=steps, seq_len=seq_len, batch_size=batch_size, lr=lr, gen=gen,
+        device=device, label="target", metric="loss", progress=progress,
+    )  # fmt: skip
 
 
 def distill_draft(
@@ -108,34 +136,25 @@ def distill_draft(
     import torch
     import torch.nn.functional as F
 
-    gen = torch.Generator().manual_seed(seed + 1)
-    opt = _optimizer(draft, lr)
-    draft.train()
     target.eval()
-    losses: list[float] = []
-    start = time.monotonic()
-    for step in range(steps):
-        for group in opt.param_groups:
-            group["lr"] = _lr(step, steps, lr)
-        batch = _batch(stream, seq_len, batch_size, gen).to(device)[:, :-1]
+
+    def loss_of(batch: Any) -> Any:
+        batch = batch[:, :-1]
         with torch.no_grad():
             teacher = F.log_softmax(target(input_ids=batch).logits.float(), dim=-1)
         student = F.log_softmax(draft(input_ids=batch).logits.float(), dim=-1)
-        loss = F.kl_div(
+        return F.kl_div(
             student.reshape(-1, student.size(-1)),
             teacher.reshape(-1, teacher.size(-1)),
             log_target=True,
             reduction="batchmean",
         )
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
-        if (step + 1) % max(1, steps // 5) == 0:
-            progress(f"draft step {step + 1}/{steps}: KL {losses[-1]:.3f}")
-    draft.eval()
-    return TrainResult(steps, time.monotonic() - start, sum(losses[-10:]) / len(losses[-10:]), losses)
+
+    gen = torch.Generator().manual_seed(seed + 1)
+    return _train(
+        draft, loss_of, stream, steps=steps, seq_len=seq_len, batch_size=batch_size, lr=lr, gen=gen,
+        device=device, label="draft", metric="KL", progress=progress,
+    )  # fmt: skip
 
 
 def eval_windows(stream: Any, seq_len: int, count: int) -> Any:
