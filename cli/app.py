@@ -115,6 +115,10 @@ def _root(
         # Backends such as gptqmodel set the root logger to INFO; one line per HTTP request drowns progress.
         for name in ("httpx", "httpcore"):
             logging.getLogger(name).setLevel(logging.WARNING)
+        # torchao (pulled in by gptqmodel) warns at import about CUDA-only kernels it cannot load on a CPU
+        # build, and torch about its enum registrations: noise for every command that imports transformers.
+        for name in ("torchao", "torch.utils._pytree"):
+            logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def _register() -> None:

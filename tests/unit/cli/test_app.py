@@ -115,3 +115,12 @@ def test_usage_errors_are_one_line(args: list[str], needle: str) -> None:
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr.count("\n") == 1 and res.stderr.startswith("specq: error: "), res.stderr
     assert needle in res.stderr
+
+
+def test_import_noise_of_backends_is_quieted(cli) -> None:
+    import logging
+
+    code, _, _ = cli("config", "show", "--stage", "serve")
+    assert code == 0
+    assert logging.getLogger("torchao").getEffectiveLevel() == logging.ERROR
+    assert logging.getLogger("torch.utils._pytree").getEffectiveLevel() == logging.ERROR
