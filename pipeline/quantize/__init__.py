@@ -132,8 +132,8 @@ def plan(cfg: QuantizeSection) -> tuple[str, bool, Backend, list[str]]:
 def speculative_shape_warnings(ckpt: Checkpoint, method: str, cfg: QuantizeSection) -> list[str]:
     """For `--for speculative`: layer sizes LMDeploy's PyTorch engine will refuse once quantized to 4-bit
     AWQ (or GPTQ repacked to AWQ), read from the unquantized weights' headers before any work is done."""
-    if cfg.target != "speculative" or method not in ("awq", "gptq"):
-        return []
+    if cfg.target != "speculative" or method not in ("awq", "gptq") or not ckpt.has_weights:
+        return []  # (a .bin-only model has no headers to read: the check is skipped)
     from ..convert.compat import fused_alignment_problems
 
     outputs = {
