@@ -1,5 +1,6 @@
 """Calibration data for quantization: read texts from a hub dataset (`name[:config[:split]]`) or local
-`.jsonl/.json/.parquet/.csv/.txt` files (or a directory of them) through `datasets`, render chat `messages`
+`.json/.parquet/.csv/.txt` files (or a directory of them) through `datasets` (`.jsonl` with the standard
+library, the same rows without `datasets`' import), render chat `messages`
 with the model's chat template, tokenize, and pack everything into `seqlen`-token samples so no text is
 silently dropped (several backends skip texts longer than their sequence length). A held-out slice of the
 same packed stream is kept apart for the quality report. Every bad source is an `InputError` (exit 2)."""
@@ -82,13 +83,53 @@ def parse_source(source: str) -> tuple[str, list[Path] | tuple[str, str | None, 
     return "hub", (name, config or None, split or "train")
 
 
+class _Columns:
+    """JSON Lines rows as the two things `_texts` asks of a `datasets.Dataset`: `column_names` and
+    `ds[column]`."""
+
+    def __init__(self, rows: list[dict[str, Any]]):
+        self.rows = rows
+        self.column_names = list(dict.fromkeys(k for row in rows for k in row))
+
+    def __getitem__(self, column: str) -> list[Any]:
+        return [row.get(column) for row in self.rows]
+
+
+def _read_jsonl(files: list[Path], source: str) -> _Columns:
+    """Local `.jsonl` files read with the standard library: the common case, without `datasets`' import and
+    Arrow conversion (most of `specq quantize`'s fixed cost over calling a backend directly)."""
+    import json
+
+    rows: list[dict[str, Any]] = []
+    for f in files:
+        with f.open(encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise InputError(
+                        f"calibration source {source}: {f.name} line {n} is not JSON ({e.msg})"
+                    ) from None
+                if not isinstance(row, dict):
+                    raise InputError(
+                        f"calibration source {source}: {f.name} line {n} is a JSON {type(row).__name__}, "
+                        'not an object like {"text": ...}'
+                    )
+                rows.append(row)
+    return _Columns(rows)
+
+
 def _load_rows(source: str) -> tuple[str, list[str], Any]:
+    kind, spec = parse_source(source)
+    if isinstance(spec, list) and all(p.suffix.lower() == ".jsonl" for p in spec):
+        return kind, [str(p) for p in spec], _read_jsonl(spec, source)
     try:
         import datasets
     except ImportError:
         raise missing_package("datasets", "ml") from None
     datasets.disable_progress_bars()
-    kind, spec = parse_source(source)
     if kind == "local":
         assert isinstance(spec, list)
         builder = LOCAL_FORMATS[spec[0].suffix.lower()]

@@ -110,3 +110,27 @@ def test_hub_name_offline_is_one_line(tokenizer, monkeypatch: pytest.MonkeyPatch
     with pytest.raises(InputError, match="could not be loaded from the hub") as e:
         load_calibration("specq-no-such-dataset:cfg:train", tokenizer)
     assert "\n" not in str(e.value)
+
+
+def test_jsonl_without_datasets_reads_what_datasets_reads(tmp_path: Path, tokenizer) -> None:
+    """`.jsonl` is read with the standard library; the same rows as a `.json` file go through `datasets`'
+    JSON builder (which also reads JSON Lines): the packed samples must be identical."""
+    rows = calibration_rows(300)[:40] + [{"text": ""}, {"text": None, "other": 1}]
+    a = write_jsonl(tmp_path / "c.jsonl", rows)
+    b = tmp_path / "c.json"
+    b.write_text(a.read_text())
+    ca = load_calibration(str(a), tokenizer, samples=3, seqlen=32)
+    cb = load_calibration(str(b), tokenizer, samples=3, seqlen=32)
+    assert ca.samples == cb.samples and ca.heldout == cb.heldout
+    assert ca.report.texts_available == cb.report.texts_available == 40
+
+
+@pytest.mark.parametrize(
+    ("line", "needle"),
+    [("{not json", "c.jsonl line 2 is not JSON"), ('"just a string"', "line 2 is a JSON str, not an object")],
+)
+def test_malformed_jsonl_names_the_line(tmp_path: Path, tokenizer, line: str, needle: str) -> None:
+    f = tmp_path / "c.jsonl"
+    f.write_text('{"text": "fine"}\n' + line + "\n")
+    with pytest.raises(InputError, match=needle):
+        load_calibration(str(f), tokenizer)
