@@ -32,9 +32,9 @@ def _worst(
     v: EngineVerdict, status: str, reasons: list[str], fixes: list[str] | None = None
 ) -> EngineVerdict:
     new_status = status if ORDER[status] > ORDER[v.status] else v.status
-    return v.model_copy(
-        update={"status": new_status, "reasons": v.reasons + reasons, "fixes": v.fixes + (fixes or [])}
-    )
+    # A refused verdict offers no fixes: the commands would not make it servable.
+    new_fixes = [] if new_status == "refused" else v.fixes + (fixes or [])
+    return v.model_copy(update={"status": new_status, "reasons": v.reasons + reasons, "fixes": new_fixes})
 
 
 def model_format(ckpt: Checkpoint) -> str:

@@ -142,3 +142,12 @@ def test_manifest_written_and_read(make_ckpt) -> None:
     assert m is not None and m["model_format"] == "gptq" and m["engine"] == "lmdeploy/turbomind"
     assert m["verdicts"]["pytorch"]["status"] == "fixable"
     assert m["dtype"] == "float16"
+
+
+def test_refused_with_a_draft_offers_no_fixes(make_ckpt, make_draft) -> None:
+    """GPTQ alone is fixable by the repack; next to a plain draft model (which LMDeploy cannot use) the
+    PyTorch engine is refused, and a repack command would not change that."""
+    t, d = make_ckpt("gptq", name="t"), make_draft("model", name="plain")
+    _, v = verdicts(t, draft_model=d)
+    assert v["pytorch"].status == "refused" and v["pytorch"].fixes == []
+    assert any("no 'draft' method" in r for r in v["pytorch"].reasons)
