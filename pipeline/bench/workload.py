@@ -6,7 +6,6 @@ be checked to have measured the same thing."""
 from __future__ import annotations
 
 import hashlib
-import json
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -14,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from ..errors import InputError, missing_package
+from ..jsonl import read_records
 
 Mode = Literal["chat", "completion"]
 
@@ -61,21 +61,6 @@ def suite_names() -> list[str]:
     return sorted(f.name[:-6] for f in files if f.name.endswith(".jsonl")) + ["mixed"]
 
 
-def _records_from_jsonl(text: str, source: str) -> list[dict[str, Any]]:
-    out = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{source}:{n}: not valid JSON ({e.msg})") from None
-        if not isinstance(rec, dict):
-            raise InputError(f"{source}:{n}: expected a JSON object per line")
-        out.append(rec)
-    return out
-
-
 def _to_prompt(rec: dict[str, Any], source: str, n: int, default_category: str) -> Prompt:
     prompt, messages = rec.get("prompt"), rec.get("messages")
     if prompt is None and messages is None:
@@ -99,7 +84,7 @@ def load_suite(name: str) -> list[Prompt]:
     ref = resources.files("specq.pipeline.bench").joinpath("suites", f"{name}.jsonl")
     if not ref.is_file():
         raise InputError(f"no built-in suite '{name}'; available: {', '.join(suite_names())}")
-    recs = _records_from_jsonl(ref.read_text(encoding="utf-8"), f"suite {name}")
+    recs = read_records(ref.read_text(encoding="utf-8"), f"suite {name}")
     return [_to_prompt(r, f"suite {name}", i, name) for i, r in enumerate(recs, 1)]
 
 
@@ -107,7 +92,7 @@ def load_prompts_file(path: str | Path) -> list[Prompt]:
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{p}: no such prompts file (expected JSONL with 'prompt' or 'messages' per line)")
-    recs = _records_from_jsonl(p.read_text(encoding="utf-8"), str(p))
+    recs = read_records(p.read_text(encoding="utf-8"), str(p))
     if not recs:
         raise InputError(f"{p}: no prompts in the file")
     return [_to_prompt(r, str(p), i, "custom") for i, r in enumerate(recs, 1)]

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..errors import InputError, missing_package
+from ..jsonl import read_records
 from ..progress import Progress, null_progress
 
 TOKENIZE_BATCH = 32
@@ -95,36 +96,16 @@ class _Columns:
         return [row.get(column) for row in self.rows]
 
 
-def _read_jsonl(files: list[Path], source: str) -> _Columns:
+def _read_jsonl(files: list[Path]) -> _Columns:
     """Local `.jsonl` files read with the standard library: the common case, without `datasets`' import and
-    Arrow conversion (most of `specq quantize`'s fixed cost over calling a backend directly)."""
-    import json
-
-    rows: list[dict[str, Any]] = []
-    for f in files:
-        with f.open(encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise InputError(
-                        f"calibration source {source}: {f.name} line {n} is not JSON ({e.msg})"
-                    ) from None
-                if not isinstance(row, dict):
-                    raise InputError(
-                        f"calibration source {source}: {f.name} line {n} is a JSON {type(row).__name__}, "
-                        'not an object like {"text": ...}'
-                    )
-                rows.append(row)
-    return _Columns(rows)
+    Arrow conversion."""
+    return _Columns([rec for f in files for rec in read_records(f.read_text(encoding="utf-8"), str(f))])
 
 
 def _load_rows(source: str) -> tuple[str, list[str], Any]:
     kind, spec = parse_source(source)
     if isinstance(spec, list) and all(p.suffix.lower() == ".jsonl" for p in spec):
-        return kind, [str(p) for p in spec], _read_jsonl(spec, source)
+        return kind, [str(p) for p in spec], _read_jsonl(spec)
     try:
         import datasets
     except ImportError:

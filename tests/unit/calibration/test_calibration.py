@@ -127,7 +127,10 @@ def test_jsonl_without_datasets_reads_what_datasets_reads(tmp_path: Path, tokeni
 
 @pytest.mark.parametrize(
     ("line", "needle"),
-    [("{not json", "c.jsonl line 2 is not JSON"), ('"just a string"', "line 2 is a JSON str, not an object")],
+    [
+        ("{not json", r"c\.jsonl:2: not valid JSON"),
+        ('"just a string"', r"c\.jsonl:2: expected a JSON object per line, got a str"),
+    ],
 )
 def test_malformed_jsonl_names_the_line(tmp_path: Path, tokenizer, line: str, needle: str) -> None:
     f = tmp_path / "c.jsonl"
