@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..convert.compat import FUSED_COLUMN_PROJECTIONS, awq_alignment
+
 MAX_POSITIONS = 2048
-FUSED = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+AWQ_ALIGN = awq_alignment(bits=4, group_size=128)  # the toy is quantized 4-bit, group 128
 ROPE_THETA = 10000.0
 
 
@@ -43,8 +45,10 @@ class ModelSpec:
                 problems.append(f"{name} input {fan_in} is not a multiple of 128")
             if fan_out % 32:
                 problems.append(f"{name} output {fan_out} is not a multiple of 32")
-            elif name in FUSED and fan_out % 128:
-                problems.append(f"{name} output {fan_out} is not a multiple of 128 (LMDeploy fused AWQ)")
+            elif name in FUSED_COLUMN_PROJECTIONS and fan_out % AWQ_ALIGN:
+                problems.append(
+                    f"{name} output {fan_out} is not a multiple of {AWQ_ALIGN} (LMDeploy fused AWQ)"
+                )
         if self.head_dim not in (64, 128):
             problems.append(f"head_dim {self.head_dim} is not 64 or 128")
         if vocab_size % 128:
