@@ -15,6 +15,7 @@ Two memory models:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -349,28 +350,11 @@ def plan_memory(
             state_bytes_per_sequence=m.shape.state_bytes_per_sequence(2, 2) if m.role == "target" else 0,
         )
 
-    if eng == "lmdeploy":
-        res = _lmdeploy(
-            total,
-            ctx,
-            weights,
-            state_seq,
-            batch,
-            session,
-            lookahead,
-            graphs,
-            safety,
-            cfg,
-            t,
-            d,
-            act,
-            per_token,
-            cache_max_entry_count,
-        )
-    else:
-        res = _embedded(
-            total, ctx, weights, state_seq, batch, session, lookahead, safety, cfg, t, d, act, per_token
-        )
+    inputs = _Inputs(
+        total=total, ctx=ctx, weights=weights, state_seq=state_seq, batch=batch, session=session,
+        lookahead=lookahead, safety=safety, cfg=cfg, t=t, d=d, act=act, per_token=per_token,
+    )  # fmt: skip
+    res = _lmdeploy(inputs, graphs, cache_max_entry_count) if eng == "lmdeploy" else _embedded(inputs)
     tk, dk = per_token(session or 0)
     plan = MemoryPlan(
         engine=eng,
@@ -393,36 +377,42 @@ def plan_memory(
     return plan
 
 
-def _lmdeploy(
-    total,
-    ctx,
-    weights,
-    state_seq,
-    batch,
-    session,
-    lookahead,
-    graphs,
-    safety,
-    cfg,
-    t,
-    d,
-    act,
-    per_token,
-    given,
-):
-    tk, dk = per_token(session or 0)
+@dataclass(frozen=True)
+class _Inputs:
+    """What both engines' memory models start from (bytes unless said otherwise)."""
+
+    total: int  # GPU memory
+    ctx: int  # per-process CUDA context and workspaces
+    weights: int  # target + drafter
+    state_seq: int  # recurrent state per sequence
+    batch: int
+    session: int | None  # tokens per sequence
+    lookahead: int  # speculative slots per sequence
+    safety: int
+    cfg: SpecqConfig
+    t: _Model
+    d: _Model | None
+    act: int  # activation bytes per element
+    per_token: Callable[[int], tuple[int, int]]  # session length -> (target, drafter) KV bytes per token
+
+
+def _lmdeploy(inp: _Inputs, graphs: int, given: float | None) -> dict[str, Any]:
+    tk, dk = inp.per_token(inp.session or 0)
     block = (tk + dk) * LMDEPLOY_BLOCK_SIZE
-    free = total - ctx - weights
-    ctx_layers = d.shape.dflash_context_layers if (d is not None and d.shape.is_dflash) else 0
+    free = inp.total - inp.ctx - inp.weights
+    ctx_layers = inp.d.shape.dflash_context_layers if (inp.d is not None and inp.d.shape.is_dflash) else 0
 
     def at(b: int, prefill: int) -> dict[str, Any]:
-        state = state_seq * (b + LMDEPLOY_STATE_SPARE_SLOTS)
-        runtime = (prefill + 2 * b) * t.shape.vocab * 2
+        state = inp.state_seq * (b + LMDEPLOY_STATE_SPARE_SLOTS)
+        runtime = (prefill + 2 * b) * inp.t.shape.vocab * 2
         avail = free - state - runtime
-        acts = _activation_bytes(t.shape, prefill, act) + prefill * ctx_layers * t.shape.hidden * act * 2
-        if d is not None:
-            acts += _activation_bytes(d.shape, max(lookahead, 1) * b, act)
-        need = acts + graphs + safety
+        acts = (
+            _activation_bytes(inp.t.shape, prefill, inp.act)
+            + prefill * ctx_layers * inp.t.shape.hidden * inp.act * 2
+        )
+        if inp.d is not None:
+            acts += _activation_bytes(inp.d.shape, max(inp.lookahead, 1) * b, inp.act)
+        need = acts + graphs + inp.safety
         ratio = given if given is not None else (_floor2((avail - need) / avail) if avail > 0 else 0.0)
         ratio = min(ratio, LMDEPLOY_MAX_RATIO)
         blocks = int(avail * ratio) // block if (avail > 0 and ratio > 0 and block > 0) else 0
@@ -437,39 +427,39 @@ def _lmdeploy(
             "blocks": blocks,
             "ok": ok,
             "session_ok": ok
-            and (session is None or blocks * LMDEPLOY_BLOCK_SIZE >= b * (session + lookahead)),
+            and (inp.session is None or blocks * LMDEPLOY_BLOCK_SIZE >= b * (inp.session + inp.lookahead)),
         }
 
     def attempt(b: int) -> dict[str, Any]:
         """Given a ratio: LMDeploy's own loop (halve the prefill budget until 16 blocks fit). Recommending:
         the largest prefill budget whose plan holds the session; else the one with the most KV blocks."""
         prefills = []
-        p = cfg.plan.max_prefill_token_num
+        p = inp.cfg.plan.max_prefill_token_num
         while p >= 256:
             prefills.append(p)
             p //= 2
-        tries = [at(b, p) for p in prefills] or [at(b, cfg.plan.max_prefill_token_num)]
+        tries = [at(b, p) for p in prefills] or [at(b, inp.cfg.plan.max_prefill_token_num)]
         if given is not None:
             return next((r for r in tries if r["blocks"] >= LMDEPLOY_MIN_BLOCKS), tries[-1])
         good = [r for r in tries if r["session_ok"]]
         return good[0] if good else max(tries, key=lambda r: (r["ok"], r["blocks"]))
 
-    a = attempt(batch)
+    a = attempt(inp.batch)
     tokens = a["blocks"] * LMDEPLOY_BLOCK_SIZE
     max_session = (
-        _floor_to(tokens // batch - lookahead, LMDEPLOY_BLOCK_SIZE)
+        _floor_to(tokens // inp.batch - inp.lookahead, LMDEPLOY_BLOCK_SIZE)
         if a["blocks"] >= LMDEPLOY_MIN_BLOCKS
         else 0
     )
     max_batch = None
-    if session:
+    if inp.session:
         max_batch = 0
         for b in range(1, 1025):
             if not attempt(b)["session_ok"]:
                 break
             max_batch = b
     kv_bytes = a["blocks"] * block
-    peak = ctx + weights + a["state"] + a["runtime"] + kv_bytes + a["acts"] + graphs
+    peak = inp.ctx + inp.weights + a["state"] + a["runtime"] + kv_bytes + a["acts"] + graphs
     return {
         "free_after_weights_bytes": free,
         "state_cache_bytes": a["state"],
@@ -484,58 +474,63 @@ def _lmdeploy(
         "max_session_len": max(0, max_session),
         "max_batch_at_session_len": max_batch,
         "peak_bytes": peak,
-        "peak_allocated_bytes": peak - ctx,
-        "fits": bool(free > 0 and a["ok"] and (session is None or max_session >= session)),
+        "peak_allocated_bytes": peak - inp.ctx,
+        "fits": bool(free > 0 and a["ok"] and (inp.session is None or max_session >= inp.session)),
         "verdict": "",
     }
 
 
-def _embedded(total, ctx, weights, state_seq, batch, session, lookahead, safety, cfg, t, d, act, per_token):
+def _embedded(inp: _Inputs) -> dict[str, Any]:
     def need(b: int, s: int) -> tuple[int, int, int, int]:
-        tk, dk = per_token(s)
-        kv = b * (s + lookahead) * (tk + dk)
+        tk, dk = inp.per_token(s)
+        kv = b * (s + inp.lookahead) * (tk + dk)
         # transformers' DynamicLayer.update grows the cache with torch.cat, keys first and then values, so at
         # the peak one layer's K (or V) tensor exists twice: the old one and its grown copy.
-        growth = (tk // max(1, 2 * (t.shape.full_layers + t.shape.sliding_layers))) * b * s
-        prefill = min(cfg.plan.prefill_tokens or s, s)
-        acts = _activation_bytes(t.shape, b * prefill, act) + b * (lookahead + 1) * t.shape.vocab * 4 * 2
-        if d is not None:
-            acts = max(acts, _activation_bytes(d.shape, b * prefill, act))
-        return weights + kv + growth + state_seq * b + acts, kv + growth, acts, state_seq * b
+        growth = (tk // max(1, 2 * (inp.t.shape.full_layers + inp.t.shape.sliding_layers))) * b * s
+        prefill = min(inp.cfg.plan.prefill_tokens or s, s)
+        acts = (
+            _activation_bytes(inp.t.shape, b * prefill, inp.act)
+            + b * (inp.lookahead + 1) * inp.t.shape.vocab * 4 * 2
+        )
+        if inp.d is not None:
+            acts = max(acts, _activation_bytes(inp.d.shape, b * prefill, inp.act))
+        return inp.weights + kv + growth + inp.state_seq * b + acts, kv + growth, acts, inp.state_seq * b
 
-    budget = total - ctx - safety
-    s_probe = session or 2048
-    peak_alloc, kv, acts, state = need(batch, s_probe)
+    budget = inp.total - inp.ctx - inp.safety
+    s_probe = inp.session or 2048
+    peak_alloc, kv, acts, state = need(inp.batch, s_probe)
     lo, hi = 0, 1 << 22
     while lo < hi:  # longest session that fits at this batch
         mid = (lo + hi + 1) // 2
-        if need(batch, mid)[0] <= budget:
+        if need(inp.batch, mid)[0] <= budget:
             lo = mid
         else:
             hi = mid - 1
     max_batch = None
-    if session:
+    if inp.session:
         max_batch = 0
-        while max_batch < 4096 and need(max_batch + 1, session)[0] <= budget:
+        while max_batch < 4096 and need(max_batch + 1, inp.session)[0] <= budget:
             max_batch += 1
-    tk, dk = per_token(s_probe)
+    tk, dk = inp.per_token(s_probe)
     return {
-        "free_after_weights_bytes": total - ctx - weights,
+        "free_after_weights_bytes": inp.total - inp.ctx - inp.weights,
         "state_cache_bytes": state,
         "runtime_reserve_bytes": 0,
         "max_prefill_token_num": None,
         "activation_bytes": acts,
         "cuda_graph_bytes": 0,
         "kv_cache_bytes": kv,
-        "kv_cache_tokens": batch * s_probe,
+        "kv_cache_tokens": inp.batch * s_probe,
         "cache_max_entry_count": None,
         "cache_max_entry_count_given": False,
         "max_session_len": lo if lo >= 64 else 0,
         "max_batch_at_session_len": max_batch,
-        "peak_bytes": ctx + peak_alloc,
+        "peak_bytes": inp.ctx + peak_alloc,
         "peak_allocated_bytes": peak_alloc,
         "fits": bool(
-            weights + ctx < total and (session is None or need(batch, session)[0] <= budget) and lo >= 64
+            inp.weights + inp.ctx < inp.total
+            and (inp.session is None or need(inp.batch, inp.session)[0] <= budget)
+            and lo >= 64
         ),
         "verdict": "",
     }
