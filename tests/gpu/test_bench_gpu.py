@@ -13,16 +13,11 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
-def gpu_pair(tmp_path_factory: pytest.TempPathFactory):
-    try:
-        from specq.pipeline.toy import build_toy_pair
+def gpu_pair():
+    from specq.pipeline.toy import build_toy_pair
 
-        pair = build_toy_pair("medium")
-        return pair.target, pair.draft
-    except ImportError:
-        from tests.integration.serve.tiny import build_tiny_pair
-
-        return build_tiny_pair(tmp_path_factory.mktemp("gpu-pair"))
+    pair = build_toy_pair("medium")
+    return pair.target, pair.draft
 
 
 def test_embedded_cuda_sweep_with_telemetry_and_roofline(gpu_pair, tmp_path):

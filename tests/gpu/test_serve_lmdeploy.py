@@ -19,18 +19,9 @@ pytestmark = pytest.mark.gpu
 lmdeploy_missing = pytest.mark.skipif(not hardware.module_present("lmdeploy"), reason="needs lmdeploy 0.18")
 
 
-def _target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    try:
-        return Path(request.getfixturevalue("toy_pair").target)
-    except pytest.FixtureLookupError:
-        from tests.integration.serve.tiny import build_tiny_pair
-
-        return build_tiny_pair(tmp_path_factory.mktemp("tiny"))[0]
-
-
 @lmdeploy_missing
-def test_pytorch_engine_serves_toy_target(request, tmp_path_factory, tmp_path: Path) -> None:
-    target = _target(request, tmp_path_factory)
+def test_pytorch_engine_serves_toy_target(toy_pair, tmp_path: Path) -> None:
+    target = toy_pair.target
     cfg = SpecqConfig.model_validate(
         {
             "model": {"model_path": str(target), "model_name": "toy"},
@@ -53,10 +44,10 @@ def test_pytorch_engine_serves_toy_target(request, tmp_path_factory, tmp_path: P
 
 
 @lmdeploy_missing
-def test_speculative_launch_refused_without_fa3(tmp_path: Path, request, tmp_path_factory) -> None:
+def test_speculative_launch_refused_without_fa3(tmp_path: Path, toy_pair) -> None:
     if hardware.flash_attention_3() is None:
         pytest.skip("FlashAttention-3 is installed here: the refusal cannot happen")
-    target = _target(request, tmp_path_factory)
+    target = toy_pair.target
     cfg = SpecqConfig.model_validate(
         {
             "model": {"model_path": str(target), "num_draft_tokens": 2},

@@ -14,8 +14,8 @@ from specq.pipeline.report import BenchReport
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def test_embedded_sweep_with_baseline_and_gate(cli, bench_pair, tmp_path):
-    target, draft = bench_pair
+def test_embedded_sweep_with_baseline_and_gate(cli, toy_pair, tmp_path):
+    target, draft = toy_pair.target, toy_pair.draft
     out = tmp_path / "run"
     code, _, err = cli(
         "bench", str(target), "--draft-model", str(draft), "--engine", "embedded", "--draft-tokens", "3..4",

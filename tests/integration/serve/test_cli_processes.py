@@ -53,8 +53,8 @@ def _read_json(proc: subprocess.Popen[str], timeout_s: float) -> dict:
     raise AssertionError(f"specq serve printed no JSON (exit {proc.poll()}): {text!r}")
 
 
-def test_foreground_ctrl_c_stops_the_server(serve_pair: tuple[Path, Path], tmp_path: Path) -> None:
-    target, _ = serve_pair
+def test_foreground_ctrl_c_stops_the_server(toy_pair, tmp_path: Path) -> None:
+    target = toy_pair.target
     proc = subprocess.Popen(
         [*SPECQ, "serve", str(target), "--engine", "embedded", "--device", "cpu", "--json",
          "--run-dir", str(tmp_path / "run")],
@@ -84,8 +84,8 @@ def test_foreground_ctrl_c_stops_the_server(serve_pair: tuple[Path, Path], tmp_p
     assert (tmp_path / "run" / "embedded.log").is_file()
 
 
-def test_detach_status_stop(serve_pair: tuple[Path, Path], tmp_path: Path) -> None:
-    target, _ = serve_pair
+def test_detach_status_stop(toy_pair, tmp_path: Path) -> None:
+    target = toy_pair.target
     env = _env(tmp_path)
     res = subprocess.run(
         [*SPECQ, "serve", str(target), "--engine", "embedded", "--device", "cpu", "--detach", "--json",

@@ -8,7 +8,6 @@ import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import pytest
@@ -37,8 +36,8 @@ def total(metrics: dict[str, float], name: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def server(serve_pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory):
-    target, draft = serve_pair
+def server(toy_pair, tmp_path_factory: pytest.TempPathFactory):
+    target, draft = toy_pair.target, toy_pair.draft
     cfg = SpecqConfig.model_validate(
         {
             "model": {"model_path": str(target), "draft_model_path": str(draft), "num_draft_tokens": K,
