@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..config.models import SpecqConfig
-from ..errors import EnvironmentMissing, SpecqError
+from ..errors import SpecqError
 from ..hardware import list_gpus, lmdeploy_version, package_version
 from ..progress import Progress, null_progress
 from ..report.compare import evaluate_gates
@@ -227,14 +227,9 @@ class RunContext:
 
 
 def _default_factory() -> EngineFactory:
-    try:
-        from ..serve import create_engine  # type: ignore[attr-defined]
-    except ImportError:
-        raise EnvironmentMissing(
-            "this specq build has no server launcher (specq.pipeline.serve.create_engine); "
-            "benchmark a running server with --url"
-        ) from None
-    return create_engine  # type: ignore[no-any-return]
+    from ..serve import create_engine
+
+    return create_engine
 
 
 def sweep_plan(cfg: SpecqConfig) -> list[tuple[str, int, SpecqConfig]]:

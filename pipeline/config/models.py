@@ -92,7 +92,7 @@ class QuantizeSection(Section):
     target: Literal["speculative", "plain"] = Field("speculative", alias="for")
     evaluate: bool = Field(True, description="perplexity and logits cosine of original vs quantized")
     eval_samples: int = Field(8, ge=1, description="held-out samples of seqlen tokens for perplexity")
-    repack: bool = Field(True, description="GPTQ for speculative use: repack to AWQ when convert can")
+    repack: bool = Field(True, description="GPTQ for speculative use: repack it to AWQ (lossless)")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
 

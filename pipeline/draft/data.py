@@ -23,11 +23,9 @@ class Texts:
     source: str
 
 
-def _toy_corpus() -> Texts | None:
-    try:
-        from specq.pipeline.toy.corpus import load_corpus
-    except ImportError:
-        return None
+def _toy_corpus() -> Texts:
+    from specq.pipeline.toy.corpus import load_corpus
+
     corpus = load_corpus()
     return Texts(list(corpus.train), list(corpus.heldout), "toy corpus")
 
@@ -69,14 +67,12 @@ def _text_of(record: Any) -> str:
 
 
 def _calibration(source: str, tokenizer: Path | None) -> list[str] | None:
-    """Texts through the shared calibration loader (`datasets` names and local files), when present
-    (branch `quantize`: `load_calibration(source, tokenizer, ...)` → `Calibration.texts`)."""
+    """Texts through the shared calibration loader (`datasets` names and local files); None without a
+    tokenizer to load with."""
     if tokenizer is None:
         return None
-    try:
-        from specq.pipeline.calibration import load_calibration  # type: ignore[attr-defined]
-    except ImportError:
-        return None
+    from specq.pipeline.calibration import load_calibration
+
     result = load_calibration(source, tokenizer, samples=1, seqlen=64, heldout_samples=0)
     texts = [t for t in (getattr(result, "texts", None) or []) if isinstance(t, str) and t.strip()]
     return texts or None
@@ -85,12 +81,9 @@ def _calibration(source: str, tokenizer: Path | None) -> list[str] | None:
 def load_texts(source: str | None, tokenizer: Path | None = None) -> Texts:
     """Training and held-out texts. `source`: None or "toy" (the project's toy code corpus), else whatever
     the calibration loader reads (a `datasets` name or local files; `tokenizer` is the target directory it
-    needs), else — without that loader — a local .jsonl/.json/.txt file or a directory of text files."""
+    needs), else — without a tokenizer — a local .jsonl/.json/.txt file or a directory of text files."""
     if source in (None, "toy"):
-        toy = _toy_corpus()
-        if toy is None:
-            raise InputError("no --data given and the toy corpus is not available; pass --data FILE")
-        return toy
+        return _toy_corpus()
     assert source is not None
     path = Path(source).expanduser()
     texts = _calibration(source, tokenizer)

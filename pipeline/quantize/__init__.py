@@ -7,7 +7,6 @@ config, `specq-quantize.toml` (the resolved config) and `quant_report.json`."""
 
 from __future__ import annotations
 
-import importlib
 import shutil
 import tempfile
 import time
@@ -157,19 +156,6 @@ def _copy_side_files(src: Path, dst: Path) -> None:
             shutil.copy2(src / name, dst / name)
 
 
-def _repack(gptq_dir: Path, dest: Path, progress: Progress) -> bool:
-    """Repack GPTQ → AWQ with the convert stage when it is available; False when it is not."""
-    try:
-        mod = importlib.import_module("specq.pipeline.convert.repack")
-    except ImportError:
-        return False
-    fn = getattr(mod, "repack_gptq_to_awq", None) or getattr(mod, "repack", None)
-    if fn is None:
-        return False
-    fn(gptq_dir, dest, progress=progress)
-    return True
-
-
 def quantize(
     model: Path, cfg: QuantizeSection, out: Path, progress: Progress = null_progress
 ) -> QuantizeResult:
@@ -235,7 +221,6 @@ def quantize(
     runner = backend.load()
     from ._capture import backend_output_to
 
-    repacked = False
     with atomic_dir(out) as tmp:
         scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".work", dir=out.parent))
         try:
@@ -266,20 +251,12 @@ def quantize(
             t_quant = time.perf_counter() - tq
             _copy_side_files(model, qdir)
             if want_repack:
-                repacked = _repack(qdir, scratch / "awq", progress)
-                if repacked:
-                    for p in (scratch / "awq").iterdir():
-                        shutil.move(str(p), tmp / p.name)
-                    progress("repacked GPTQ → AWQ for LMDeploy's PyTorch engine")
-                else:
-                    for p in qdir.iterdir():
-                        shutil.move(str(p), tmp / p.name)
-                    msg = (
-                        "GPTQ → AWQ repack is not available in this version (specq.pipeline.convert.repack "
-                        f"missing): for speculation run `specq convert {out} --to awq --out DIR`"
-                    )
-                    warnings.append(msg)
-                    progress(f"warning: {msg}")
+                from ..convert.repack import repack_gptq_to_awq
+
+                repack_gptq_to_awq(qdir, scratch / "awq", progress=progress)
+                for p in (scratch / "awq").iterdir():
+                    shutil.move(str(p), tmp / p.name)
+                progress("repacked GPTQ → AWQ for LMDeploy's PyTorch engine")
             shutil.copy2(scratch / LOG_FILE, tmp / LOG_FILE)
             quality = None
             t_eval = 0.0
@@ -317,7 +294,7 @@ def quantize(
                 seconds_quantize=t_quant,
                 seconds_eval=t_eval,
                 layers=layers[0],
-                repacked_to_awq=repacked,
+                repacked_to_awq=want_repack,
                 versions=_versions(backend),
             )
             atomic_write_text(

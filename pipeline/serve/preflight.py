@@ -78,10 +78,8 @@ def vram_problem(cfg: SpecqConfig) -> str | None:
     """What the VRAM planner (`specq plan`) says about fitting this serve config on the GPU, or None (fits,
     or no GPU size known). The planner models LMDeploy's --max-prefill-token-num: give it the value the
     server will be launched with."""
-    try:
-        from ..plan import fits
-    except ImportError:  # a build without the plan stage
-        return None
+    from ..plan import fits
+
     prefill = cfg.engine.max_prefill_token_num
     if prefill is not None:
         cfg = cfg.model_copy(deep=True)

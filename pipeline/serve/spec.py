@@ -102,16 +102,6 @@ def fp16_copy_path(draft: Checkpoint) -> Path:
     return _cache_root() / "fp16-drafters" / f"{draft.name}-{h.hexdigest()[:12]}"
 
 
-def _pytorch_refusal(target: Checkpoint) -> str | None:
-    """The convert stage's verdict on whether LMDeploy's PyTorch engine accepts `target`."""
-    try:
-        from ..convert.compat import pytorch_engine_refusal  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:  # the convert stage is not merged yet
-        return None
-    result: str | None = pytorch_engine_refusal(target)
-    return result
-
-
 def resolve_spec(cfg: SpecqConfig, progress: Progress = null_progress) -> ServeSpec:
     """Everything `specq serve` will launch, checked. Raises UsageError (exit 2) for what the user passed."""
     if not cfg.model.model_path:
@@ -151,7 +141,9 @@ def resolve_spec(cfg: SpecqConfig, progress: Progress = null_progress) -> ServeS
                 "(engine.enable_prefix_caching = false)"
             )
         if backend == "pytorch":
-            refusal = _pytorch_refusal(target)
+            from ..convert.compat import pytorch_engine_refusal
+
+            refusal = pytorch_engine_refusal(target)
             if refusal:
                 raise UsageError(refusal)
     elif cfg.engine.backend not in ("auto",):
@@ -198,15 +190,8 @@ def write_fp16_copy(spec: ServeSpec, progress: Progress = null_progress) -> None
     """Write the fp16 copy of the drafter, when one is needed and not cached yet (convert's cast_drafter)."""
     if spec.draft_fp16 is None or spec.draft is None or spec.draft_fp16.exists():
         return
-    try:
-        from ..convert import cast_drafter  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        from ..errors import EnvironmentMissing
+    from ..convert import cast_drafter
 
-        raise EnvironmentMissing(
-            "this specq build cannot cast the bf16 drafter to fp16 (the convert stage is missing); "
-            f"pass an fp16 drafter instead of {spec.draft.path}"
-        ) from None
     progress(f"writing an fp16 copy of {spec.draft.path} to {spec.draft_fp16}")
     spec.draft_fp16.parent.mkdir(parents=True, exist_ok=True)
     cast_drafter(spec.draft.path, spec.draft_fp16, dtype="float16", progress=progress)

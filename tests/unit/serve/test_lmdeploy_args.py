@@ -187,9 +187,6 @@ def test_awq_target_with_bf16_drafter_uses_fp16_copy(
 
 
 def test_awq_bf16_drafter_cast_at_launch(tmp_path: Path, ckpts: dict[str, Path], monkeypatch) -> None:
-    convert = pytest.importorskip("specq.pipeline.convert")
-    if not hasattr(convert, "cast_drafter"):
-        pytest.skip("cast_drafter arrives with the convert stage (branch convert)")
     from specq.pipeline.serve.spec import resolve_spec, write_fp16_copy
 
     monkeypatch.setenv("SPECQ_CACHE", str(tmp_path / "cache"))
@@ -209,10 +206,6 @@ def test_awq_bf16_drafter_cast_at_launch(tmp_path: Path, ckpts: dict[str, Path],
 
 
 def test_gptq_target_refused_for_pytorch_engine(tmp_path: Path, ckpts: dict[str, Path]) -> None:
-    try:
-        from specq.pipeline.convert.compat import pytorch_engine_refusal  # noqa: F401
-    except ImportError:
-        pytest.skip("pytorch_engine_refusal arrives with the convert stage (branch convert)")
     with pytest.raises(UsageError, match="--to awq"):
         engine_for(
             tmp_path, ckpts["gptq"], model={"draft_model_path": str(ckpts["dflash"]), "num_draft_tokens": 4}
