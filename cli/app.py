@@ -55,15 +55,14 @@ class SpecqGroup(TyperGroup):
         try:
             rv = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         except typer.Abort:
-            _common.err.print(Text.assemble(("specq: error: ", "bold red"), "aborted"), highlight=False)
+            _error_line("aborted")
             sys.exit(1)
         except ClickException as e:
             if not e.format_message().strip():  # bare `specq` / `specq toy`: the help is already shown
                 sys.exit(e.exit_code)
             ctx = getattr(e, "ctx", None)
             hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-            line = " ".join(e.format_message().split()) + hint
-            _common.err.print(Text.assemble(("specq: error: ", "bold red"), line), highlight=False)
+            _error_line(" ".join(e.format_message().split()) + hint)
             sys.exit(e.exit_code)
         # Without standalone mode an explicit exit comes back as its code; a command's return is not one.
         sys.exit(rv if isinstance(rv, int) else 0)
@@ -78,9 +77,13 @@ def _quiet_broken_pipe() -> None:
 def _fail(exc: BaseException, message: str, code: int) -> None:
     if os.environ.get("SPECQ_DEBUG") == "1":
         traceback.print_exception(exc)
-    line = " ".join(message.split("\n")[0].split()) or type(exc).__name__
-    _common.err.print(Text.assemble(("specq: error: ", "bold red"), line), highlight=False)
+    _error_line(" ".join(message.split("\n")[0].split()) or type(exc).__name__)
     raise typer.Exit(code)
+
+
+def _error_line(line: str) -> None:
+    """The one form every failure takes on stderr."""
+    _common.err.print(Text.assemble(("specq: error: ", "bold red"), line), highlight=False)
 
 
 app = typer.Typer(
