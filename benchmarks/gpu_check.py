@@ -1,13 +1,26 @@
-"""`make gpu-check`: prove specq's GPU paths on a CUDA machine, writing every report under one directory.
+"""`make gpu-check`: the seed's pipeline on a CUDA machine, run by specq's own commands, every report under
+one directory.
 
-Steps (each a real `specq` command or a `tests/gpu` test, run in order; a failing step is recorded and the
-next one runs): doctor → medium toy pair built on the GPU → embedded engine on CUDA, k = 0 and 3..6 →
-LMDeploy PyTorch engine, plain decoding, benchmarked (client vs server counters, NVML, roofline) → the
-LMDeploy speculative launch refused by preflight without FlashAttention-3 → plan vs measured peak →
-DFlash drafter for the medium target trained on the GPU → the GPU tests. `summary.json` lists each step's
-exit code, time and output files.
+    python benchmarks/gpu_check.py --out gpu-check --fa3-source DIR [--small-root ROOT] [--sizes small,medium]
+        [--steps doctor,fa3,toy,awq,draft,bench,plan,tests] [--draft-tokens 3,5,7,11,15] [--quick]
 
-    python benchmarks/gpu_check.py --out gpu-check [--steps doctor,toy,...] [--quick]
+Steps, in order (a failing step is recorded and the next one runs; `summary.json` lists each step's exit code,
+time and output; `sweeps.md` the tables):
+- doctor: `specq doctor --json`.
+- fa3: `specq fa3 build --source DIR TARGETS` — FlashAttention-3 for the served models' head dims and dtypes,
+  self-checked against torch's attention, installed into this environment. Without `--fa3-source` the step
+  is skipped and the speculative steps need an FA3 that is already installed.
+- toy: the targets. small: `ROOT/model` from `--small-root` (the CPU-built toy target that
+  `benchmarks/gptq_for_gpu_check.py ROOT` also quantized to `ROOT/gptq`), else `specq toy build`; medium:
+  `specq toy build --size medium` on the GPU.
+- awq: `specq convert ROOT/gptq --to awq` — the GPTQ checkpoint (gptqmodel, own calibration data, made on
+  CPU because the GPU machine has no quantization backend) repacked for LMDeploy's PyTorch engine.
+- draft: `specq draft train TARGET --device cuda --block-size 16` per size (the medium one on more data).
+- bench: `specq bench … --engine lmdeploy --backend pytorch --method dflash --draft-tokens LIST` for every
+  target (bf16 per size, and the AWQ small target) against its k = 0 baseline.
+- plan: `specq plan … --engine lmdeploy` against the NVML peak each bench baseline recorded.
+- tests: `pytest -m gpu tests/gpu/test_spec_lmdeploy.py` (lossless, and specq's acceptance against the raw
+  counters read by the test) on the small target and its drafter.
 """
 
 from __future__ import annotations
@@ -19,137 +32,187 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-STEPS = ("doctor", "toy", "embedded", "lmdeploy", "fa3", "draft", "tests")
+STEPS = ("doctor", "fa3", "toy", "awq", "draft", "bench", "plan", "tests")
 
 
 def specq(*args: str) -> list[str]:
     return [sys.executable, "-m", "specq.cli", *args]
 
 
-def run_step(name: str, cmd: list[str], out: Path, timeout: float) -> dict:
+def run_step(name: str, cmd: list[str], out: Path, timeout: float, env: dict[str, str] | None = None) -> dict:
     print(f"== {name}: {' '.join(cmd)}", flush=True)
     t0 = time.perf_counter()
     with open(out / f"{name}.log", "w") as log:
         try:
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, timeout=timeout)
+            proc = subprocess.run(
+                cmd, stdout=subprocess.PIPE, stderr=log, text=True, timeout=timeout, env=env
+            )
             code, stdout = proc.returncode, proc.stdout
         except subprocess.TimeoutExpired as e:
-            code, stdout = (
-                124,
-                (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""),
-            )
+            raw = e.stdout or ""
+            code, stdout = 124, raw.decode() if isinstance(raw, bytes) else raw
     (out / f"{name}.out").write_text(stdout)
     seconds = round(time.perf_counter() - t0, 1)
     print(f"   exit {code} in {seconds} s", flush=True)
-    tail = (out / f"{name}.log").read_text().splitlines()[-3:]
+    tail = (out / f"{name}.log").read_text(errors="replace").splitlines()[-3:]
     return {"step": name, "cmd": cmd, "exit": code, "seconds": seconds, "stderr_tail": tail}
+
+
+def sweep_table(report: dict[str, Any]) -> list[str]:
+    """Markdown rows of one bench report: the figures the verification record asks for."""
+    rows = [
+        "| k | tok/s (client) | speedup | server decode tok/s | decode-rate speedup | τ | acceptance by "
+        "position | lossless | J/token |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    runs = [r for r in report["runs"] if r.get("status") == "ok"]
+    base = next((r for r in runs if r["draft_tokens"] == 0), None)
+    base_dec = ((base or {}).get("server") or {}).get("server_decode_tokens_per_s")
+    for r in runs:
+        agg, srv, acc = r.get("aggregate") or {}, r.get("server") or {}, r.get("acceptance") or {}
+        dec = srv.get("server_decode_tokens_per_s")
+        ratio = f"{dec / base_dec:.2f}×" if dec and base_dec and r is not base else "–"
+        pp = " / ".join(f"{p:.2f}" for p in acc.get("per_position") or []) or "–"
+        loss = (r.get("lossless") or {}).get("exact_match_rate")
+        jpt = (r.get("telemetry") or {}).get("joules_per_output_token")
+        speedup = f"{r['speedup']:.2f}×" if r.get("speedup") else "–"
+        tau = f"{acc['acceptance_length']:.2f}" if acc.get("acceptance_length") else "–"
+        lossless = f"{loss:.0%}" if loss is not None else "–"
+        joules = f"{jpt:.3f}" if jpt else "–"
+        rows.append(
+            f"| {r['draft_tokens']} | {agg.get('output_tokens_per_s') or 0:.1f} | {speedup} | "
+            f"{dec or 0:.1f} | {ratio} | {tau} | {pp} | {lossless} | {joules} |"
+        )
+    failed = [r for r in report["runs"] if r.get("status") != "ok"]
+    rows += [f"| {r['draft_tokens']} | {r['status']}: {r.get('reason')} |" for r in failed]
+    return rows
+
+
+def plan_vs_measured(plan: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+    """The plan's device peak against the NVML peak the baseline run sampled (whole device, all processes)."""
+    base = next((r for r in report["runs"] if r["draft_tokens"] == 0 and r.get("status") == "ok"), None)
+    measured = ((base or {}).get("telemetry") or {}).get("mem_peak_bytes")
+    planned = plan.get("peak_bytes")
+    rel = (planned - measured) / measured if planned and measured else None
+    return {"planned_peak_bytes": planned, "nvml_peak_bytes": measured, "rel_diff": rel}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("gpu-check"))
     ap.add_argument("--steps", default=",".join(STEPS))
+    ap.add_argument("--sizes", default="small,medium")
+    ap.add_argument(
+        "--fa3-source", type=Path, help="a flash-attention checkout (the directory holding hopper/)"
+    )
+    ap.add_argument("--small-root", type=Path, help="ROOT/model and ROOT/gptq from gptq_for_gpu_check.py")
+    ap.add_argument("--draft-tokens", default="3,5,7,11,15")
     ap.add_argument("--quick", action="store_true", help="fewer requests and draft steps")
     args = ap.parse_args()
-    out: Path = args.out
+    out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    steps = args.steps.split(",")
-    toy = out / "toy"
+    steps, sizes = args.steps.split(","), args.sizes.split(",")
     requests, tokens = ("4", "64") if args.quick else ("8", "128")
-    results = []
+    results: list[dict] = []
 
-    def bench(*extra: str) -> list[str]:
-        """`specq bench` of the medium toy target on the code suite: the workload every GPU run shares."""
-        workload = ("--suite", "code", "--requests", requests, "--max-tokens", tokens, "--json")
-        return specq("bench", str(toy / "target"), *extra, *workload)
-
-    plan = {
-        "doctor": (specq("doctor", "--json"), 120),
-        "toy": (specq("toy", "build", str(toy), "--size", "medium", "--json"), 900),
-        "embedded": (
-            bench(
-                "--draft-model",
-                str(toy / "draft"),
-                "--engine",
-                "embedded",
-                "--draft-tokens",
-                "3..6",
-                "--out",
-                str(out / "bench-embedded"),
-            ),
-            900,
-        ),
-        "lmdeploy": (
-            bench(
-                "--engine",
-                "lmdeploy",
-                "--backend",
-                "pytorch",
-                "--draft-tokens",
-                "0",
-                "--out",
-                str(out / "bench-lmdeploy"),
-            ),
-            900,
-        ),
-        "fa3": (
-            specq(
-                "serve",
-                str(toy / "target"),
-                "--engine",
-                "lmdeploy",
-                "--backend",
-                "pytorch",
-                "--method",
-                "dflash",
-                "--draft-model",
-                str(out / "dflash"),
-                "--draft-tokens",
-                "4",
-            ),
-            300,
-        ),
-        "draft": (
-            specq(
-                "draft",
-                "train",
-                str(toy / "target"),
-                "--out",
-                str(out / "dflash"),
-                "--device",
-                "cuda",
-                "--steps",
-                "300" if args.quick else "1000",
-                "--json",
-            ),
-            900,
-        ),
-        "tests": (
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "-m",
-                "gpu",
-                "tests/gpu",
-                "-v",
-                "-p",
-                "no:cacheprovider",
-                "--deselect",
-                "tests/gpu/test_toy_medium.py",
-                f"--junitxml={out / 'gpu-tests.xml'}",
-            ],
-            1200,
-        ),
-    }
-    # the FA3 refusal needs a DFlash drafter to name: train it first when both are asked for
-    order = [s for s in ("doctor", "toy", "embedded", "lmdeploy", "draft", "fa3", "tests") if s in steps]
-    for name in order:
-        cmd, timeout = plan[name]
-        results.append(run_step(name, cmd, out, timeout))
+    def record(res: dict) -> dict:
+        results.append(res)
         (out / "summary.json").write_text(json.dumps(results, indent=1))
-    return 0 if all(r["exit"] == 0 or (r["step"] == "fa3" and r["exit"] == 4) for r in results) else 1
+        return res
+
+    targets: dict[str, Path] = {}
+    for size in sizes:
+        if size == "small" and args.small_root:
+            targets["small"] = args.small_root / "model"
+        else:
+            targets[size] = out / f"toy-{size}" / "target"
+    if "small" in sizes and args.small_root:
+        targets["small-awq"] = out / "small-awq"
+    drafters = {name: out / f"dflash-{name.split('-')[0]}" for name in targets}
+
+    if "doctor" in steps:
+        record(run_step("doctor", specq("doctor", "--json"), out, 120))
+    if "toy" in steps:
+        for size in sizes:
+            if not targets[size].exists():
+                cmd = specq("toy", "build", str(targets[size].parent), "--size", size, "--json")
+                record(run_step(f"toy-{size}", cmd, out, 900))
+    if "fa3" in steps and args.fa3_source:
+        models = [str(p) for name, p in targets.items() if not name.endswith("-awq") and p.exists()]
+        # the AWQ target runs in fp16: name the GPTQ source so the build covers fp16 too
+        if args.small_root and (args.small_root / "gptq").exists():
+            models.append(str(args.small_root / "gptq"))
+        record(
+            run_step(
+                "fa3", specq("fa3", "build", "--source", str(args.fa3_source), *models, "--json"), out, 900
+            )
+        )
+    if "awq" in steps and args.small_root:
+        cmd = specq(
+            "convert", str(args.small_root / "gptq"), "--to", "awq", "--out", str(targets["small-awq"])
+        )
+        if not targets["small-awq"].exists():
+            record(run_step("awq", cmd, out, 300))
+    if "draft" in steps:
+        for size in sizes:
+            if drafters[size].exists():
+                continue
+            env = dict(os.environ)
+            draft_steps = "600" if args.quick else "1500"
+            if size != "small":  # a larger target needs far more than the default 128 sequences
+                env.update(SPECQ_DRAFT__SAMPLES="2048", SPECQ_DRAFT__BATCH_SIZE="16")
+                draft_steps = "1500" if args.quick else "5000"
+            cmd = specq(
+                "draft", "train", str(targets[size]), "--out", str(drafters[size]), "--device", "cuda",
+                "--block-size", "16", "--steps", draft_steps, "--json",
+            )  # fmt: skip
+            record(run_step(f"draft-{size}", cmd, out, 900, env))
+    tables: list[str] = []
+    if "bench" in steps:
+        for name, target in targets.items():
+            bench_out = out / f"bench-{name}"
+            cmd = specq(
+                "bench", str(target), "--draft-model", str(drafters[name]), "--engine", "lmdeploy",
+                "--backend", "pytorch", "--method", "dflash", "--draft-tokens", args.draft_tokens,
+                "--suite", "code", "--requests", requests, "--max-tokens", tokens, "--out", str(bench_out),
+                "--json",
+            )  # fmt: skip
+            res = record(run_step(f"bench-{name}", cmd, out, 1800))
+            try:
+                report = json.loads((out / f"bench-{name}.out").read_text())
+            except ValueError:
+                continue
+            tables += [f"### {name}", "", *sweep_table(report), ""]
+            if "plan" in steps:
+                plan_cmd = specq(
+                    "plan",
+                    str(target),
+                    "--draft-model",
+                    str(drafters[name]),
+                    "--engine",
+                    "lmdeploy",
+                    "--json",
+                )
+                pres = record(run_step(f"plan-{name}", plan_cmd, out, 120))
+                if pres["exit"] == 0:
+                    plan = json.loads((out / f"plan-{name}.out").read_text())
+                    res["plan_vs_nvml"] = cmp = plan_vs_measured(plan, report)
+                    tables += [f"plan vs NVML peak ({name}): {json.dumps(cmp)}", ""]
+        (out / "sweeps.md").write_text("\n".join(tables))
+        print("\n".join(tables), flush=True)
+    if "tests" in steps and "small" in targets:
+        env = dict(os.environ, SPECQ_GPU_SPEC_TARGET=str(targets["small"]))
+        if drafters["small"].exists():
+            env["SPECQ_GPU_SPEC_DRAFTER"] = str(drafters["small"])
+        cmd = [
+            sys.executable, "-m", "pytest", "-m", "gpu", "tests/gpu/test_spec_lmdeploy.py", "-v", "-s",
+            "-p", "no:cacheprovider", f"--junitxml={out / 'gpu-tests.xml'}",
+        ]  # fmt: skip
+        record(run_step("tests", cmd, out, 900, env))
+    (out / "summary.json").write_text(json.dumps(results, indent=1))
+    return 0 if all(r["exit"] == 0 for r in results) else 1
 
 
 if __name__ == "__main__":

@@ -62,23 +62,31 @@ def evaluate(
         Path | None, typer.Option(help="Held-out texts (.jsonl/.json/.txt or a directory); default: toy.")
     ] = None,
     data: Annotated[str | None, typer.Option(help="Texts whose held-out tenth to use instead.")] = None,
+    suite: Annotated[
+        str | None,
+        typer.Option(help="Decode a bench suite's chat prompts as a server would (e.g. code) instead."),
+    ] = None,
+    max_tokens: Annotated[int, typer.Option(min=4, help="Tokens per --suite prompt, as in bench.")] = 128,
+    requests: Annotated[int, typer.Option(min=1, help="--suite prompts, as bench's --requests.")] = 8,
     device: Annotated[str | None, typer.Option(help="cpu, cuda or auto.")] = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Offline acceptance of DRAFT against TARGET's greedy tokens, and the speedup it predicts per k.
 
-    Example: specq draft eval ./toy/target ./toy-dflash --prompts heldout.jsonl --json
+    Example: specq draft eval ./toy/target ./toy-dflash --suite code --max-tokens 128 --json
     """
     from specq.pipeline.draft import evaluate_drafter
 
     cfg = resolve(config, draft=dict(data=data, device=device))
-    report = evaluate_drafter(target, draft, cfg.draft, prompts, progress)
+    report = evaluate_drafter(target, draft, cfg.draft, prompts, progress, suite, max_tokens, requests)
     if json_out:
         emit_json(report.model_dump(mode="json"))
         return
     out.print(f"acceptance by position: {' / '.join(f'{a:.2f}' for a in report.acceptance_by_position)}")
-    out.print(f"τ (mean accepted length, k={report.block_size - 1}): {report.tau:.2f}")
+    out.print(f"τ (mean accepted length, k={report.block_size - 1}): {report.tau:.2f}  [{report.workload}]")
+    if report.walk_tau:
+        out.print(f"τ along the served path, k={report.block_size - 1}: {report.walk_tau[-1]:.2f}")
     for p in report.predictions:
         out.print(f"  k={p.k}: {p.tokens_per_step:.2f} tokens/step, predicted speedup ×{p.speedup:.2f}")
     out.print(

@@ -26,12 +26,22 @@ def evaluate_drafter(
     cfg: DraftSection,
     prompts: Path | None = None,
     progress: Progress = null_progress,
+    suite: str | None = None,
+    max_tokens: int = 128,
+    requests: int = 8,
 ) -> DraftEvalReport:
     """Offline acceptance of any DFlash drafter on held-out text (`prompts`, else `cfg.data`'s held-out
-    part, else the toy corpus) and the speedup it predicts per draft-token count."""
+    part, else the toy corpus) and the speedup it predicts per draft-token count. With `suite`, on what
+    `specq bench --suite SUITE --requests N --max-tokens M` makes a chat server decode instead."""
     from .data import load_texts, read_prompts
     from .eval import evaluate_checkpoint
 
+    if suite is not None:
+        from ..bench.workload import build_workload
+
+        work = build_workload(suite=suite, prompts_file=None, dataset=None, field="text", requests=requests)
+        chat = ([p.as_messages() for p in work.prompts], max_tokens, f"{work.source}, {max_tokens} tokens")
+        return evaluate_checkpoint(target, draft, [], cfg, progress, chat)
     texts = read_prompts(prompts) if prompts is not None else load_texts(cfg.data, target).heldout
     return evaluate_checkpoint(target, draft, texts, cfg, progress)
 

@@ -138,6 +138,15 @@ class Target:
         self.lm_head = self.model.get_output_embeddings()
         progress(f"target {path.name}: {self.num_layers} layers, hidden {self.model.config.hidden_size}")
 
+    def chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        """Token ids of a conversation through the target's chat template, generation prompt added."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise InputError(f"{self.path}: the tokenizer has no chat template; evaluate on --prompts text")
+        ids: Any = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if hasattr(ids, "keys"):  # transformers 5 returns a BatchEncoding
+            ids = ids["input_ids"]
+        return [int(i) for i in ids]
+
     def encode(self, texts: list[str]) -> list[list[int]]:
         return [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 

@@ -28,45 +28,86 @@ def prepare_eval(target: Any, texts: list[str], cfg: Any, layer_ids: list[int], 
     return tokens, feats, greedy, cfg.prompt_tokens
 
 
+def prepare_chat_eval(
+    target: Any,
+    conversations: list[list[dict[str, str]]],
+    new_tokens: int,
+    layer_ids: list[int],
+    block_size: int,
+) -> list[Any]:
+    """What a chat server decodes: each conversation through the target's chat template (generation prompt
+    added, as LMDeploy's api_server does), continued greedily for `new_tokens`; one data tuple per prompt
+    (their lengths differ)."""
+    items = []
+    for messages in conversations:
+        ids = target.chat_ids(messages)
+        tokens = target.greedy_continue([ids], new_tokens + block_size)
+        feats, greedy = target.features(tokens, layer_ids)
+        items.append((tokens, feats, greedy, len(ids)))
+    return items
+
+
 def acceptance(
     drafter: Any,
     target: Any,
     data: Any,
     block_size: int,
     mask_token_id: int,
-) -> tuple[list[float], int]:
-    """Acceptance by draft position over every block anchored in the generated part, and the block count."""
+) -> tuple[list[float], int, list[list[int]]]:
+    """Acceptance by draft position over every block anchored in the generated part, the block count, and
+    for every sequence the accepted length of the block anchored at each generated position (what
+    `walk_tau` walks). `data` is one (tokens, features, greedy, start) tuple or a list of them."""
     import torch
 
     from .model import accepted_prefix, draft_logits, slot_labels
 
-    tokens, feats, greedy, start = data
-    n, t = tokens.shape
-    # anchor p: the target's own token at p (p ≥ start, as after a real prefill); labels up to p + B − 1 ≤ t
-    anchors = torch.arange(start, t - block_size + 2)[None].expand(n, -1).contiguous()
+    items = data if isinstance(data, list) else [data]
     was_training = drafter.training
     drafter.eval()
     total = torch.zeros(block_size - 1)
+    count = 0
+    lengths: list[list[int]] = []
     dev = next(drafter.parameters()).device
     with torch.no_grad():
-        for i in range(n):
-            logits = draft_logits(
-                drafter,
-                target.embed,
-                target.lm_head,
-                feats[i : i + 1].to(dev),
-                tokens[i : i + 1].to(dev),
-                anchors[i : i + 1].to(dev),
-                block_size,
-                mask_token_id,
-            )
-            ok = accepted_prefix(
-                logits.argmax(-1).cpu(), slot_labels(greedy[i : i + 1], anchors[i : i + 1], block_size)
-            )
-            total += ok.float().sum(dim=(0, 1))
+        for tokens, feats, greedy, start in items:
+            n, t = tokens.shape
+            # anchor p: the target's own token at p (p ≥ start, as after a real prefill); labels up to
+            # p + B − 1 ≤ t
+            anchors = torch.arange(start, t - block_size + 2)[None].expand(n, -1).contiguous()
+            for i in range(n):
+                logits = draft_logits(
+                    drafter,
+                    target.embed,
+                    target.lm_head,
+                    feats[i : i + 1].to(dev),
+                    tokens[i : i + 1].to(dev),
+                    anchors[i : i + 1].to(dev),
+                    block_size,
+                    mask_token_id,
+                )
+                ok = accepted_prefix(
+                    logits.argmax(-1).cpu(), slot_labels(greedy[i : i + 1], anchors[i : i + 1], block_size)
+                )
+                total += ok.float().sum(dim=(0, 1))
+                lengths.append(ok[0].sum(-1).tolist())
+            count += anchors.numel()
     drafter.train(was_training)
-    count = anchors.numel()
-    return [round(float(x) / count, 4) for x in total], count
+    return [round(float(x) / count, 4) for x in total], count, lengths
+
+
+def walk_tau(lengths: list[list[int]], k: int) -> float:
+    """Tokens per verification step when a lossless engine walks each greedy sequence with k draft tokens:
+    from the first generated position, accept min(accepted, k) drafts plus the target's bonus token and jump
+    that far. Unlike the mean over every anchor, this visits only the positions a server drafts from."""
+    tokens = steps = 0
+    for seq in lengths:
+        p = 0
+        while p < len(seq):
+            a = min(seq[p], k)
+            tokens += a + 1
+            steps += 1
+            p += a + 1
+    return tokens / steps if steps else 1.0
 
 
 def summarize(
@@ -80,6 +121,8 @@ def summarize(
     seconds: float,
     cost: StepCost | None = None,
     lmdeploy_checked: bool = False,
+    lengths: list[list[int]] | None = None,
+    workload: str = "held-out text",
 ) -> DraftEvalReport:
     cost = cost or StepCost()
     ks = list(range(1, block_size))
@@ -106,6 +149,8 @@ def summarize(
         best_speedup=round(speed, 4),
         seconds=round(seconds, 2),
         lmdeploy_checked=lmdeploy_checked,
+        workload=workload,
+        walk_tau=[round(walk_tau(lengths, k), 4) for k in ks] if lengths is not None else [],
     )
 
 
@@ -150,16 +195,23 @@ def evaluate_checkpoint(
     texts: list[str],
     cfg: Any,
     progress: Progress = null_progress,
+    chat: tuple[list[list[dict[str, str]]], int, str] | None = None,
 ) -> DraftEvalReport:
-    """`specq draft eval`: validate the drafter against the contract and the target, then measure it."""
+    """`specq draft eval`: validate the drafter against the contract and the target, then measure it on
+    held-out `texts`, or on `chat` = (conversations, new tokens, label) as a chat server would decode them."""
     from .train import cpu_threads
 
     with cpu_threads(cfg.threads):
-        return _evaluate(target_path, draft_path, texts, cfg, progress)
+        return _evaluate(target_path, draft_path, texts, cfg, progress, chat)
 
 
 def _evaluate(
-    target_path: Path, draft_path: Path, texts: list[str], cfg: Any, progress: Progress
+    target_path: Path,
+    draft_path: Path,
+    texts: list[str],
+    cfg: Any,
+    progress: Progress,
+    chat: tuple[list[list[dict[str, str]]], int, str] | None,
 ) -> DraftEvalReport:
     from .data import Target
     from .train import pick_device
@@ -172,16 +224,25 @@ def _evaluate(
     drafter, c = load_drafter(draft, device)
     bs = int(c["dflash_config"]["block_size"])
     ids = list(c["dflash_config"]["target_layer_ids"])
-    progress(f"greedy continuations of {cfg.eval_prompts} held-out prompts")
-    data = prepare_eval(target, texts, cfg, ids, bs)
-    acc, anchors = acceptance(drafter, target, data, bs, int(c["dflash_config"]["mask_token_id"]))
+    if chat is not None:
+        conversations, new_tokens, workload = chat
+        progress(f"greedy continuations of {len(conversations)} chat prompts ({workload})")
+        data: Any = prepare_chat_eval(target, conversations, new_tokens, ids, bs)
+        prompts = len(data)
+    else:
+        progress(f"greedy continuations of {cfg.eval_prompts} held-out prompts")
+        data = prepare_eval(target, texts, cfg, ids, bs)
+        prompts, workload = int(data[0].shape[0]), "held-out text"
+    acc, anchors, lengths = acceptance(drafter, target, data, bs, int(c["dflash_config"]["mask_token_id"]))
     return summarize(
         acc,
         target=str(target_path),
         draft=str(draft_path),
         block_size=bs,
-        prompts=int(data[0].shape[0]),
+        prompts=prompts,
         anchors=anchors,
         seconds=time.perf_counter() - t0,
         lmdeploy_checked=checked,
+        lengths=lengths,
+        workload=workload,
     )

@@ -37,6 +37,12 @@ class DraftEvalReport(BaseModel):
     best_speedup: float
     seconds: float
     lmdeploy_checked: bool = Field(False, description="LMDeploy's own parse_dflash_config accepted it")
+    workload: str = Field("held-out text", description="what was decoded: held-out text or a chat suite")
+    walk_tau: list[float] = Field(
+        default_factory=list,
+        description="tokens per step for k = 1..B−1 when a lossless engine walks the greedy sequences "
+        "(only the positions a server drafts from): the figure to compare with a served τ",
+    )
 
 
 class DraftTrainReport(BaseModel):

@@ -207,7 +207,7 @@ def _train(target_path: Path, out: Path, cfg: DraftSection, progress: Progress) 
     progress(f"offline acceptance on {cfg.eval_prompts} held-out prompts")
     t_eval = time.perf_counter()
     data = prepare_eval(target, texts.heldout, cfg, layer_ids, bs)
-    acc, n_anchors = acceptance(drafter, target, data, bs, mask_id)
+    acc, n_anchors, lengths = acceptance(drafter, target, data, bs, mask_id)
     state = {k: v for k, v in drafter.state_dict().items()}
     with atomic_dir(out) as tmp:
         export.write_checkpoint(tmp, config, state, dtype)
@@ -221,6 +221,7 @@ def _train(target_path: Path, out: Path, cfg: DraftSection, progress: Progress) 
             anchors=n_anchors,
             seconds=time.perf_counter() - t_eval,
             lmdeploy_checked=checked,
+            lengths=lengths,
         )
         report = DraftTrainReport(
             target=str(target_path),

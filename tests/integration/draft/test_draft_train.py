@@ -79,3 +79,20 @@ def test_toy_dflash_reuses_the_drafter_cached_beside_the_pair(drafter, tmp_path)
     fake = SimpleNamespace(root=out.parent, target=pair.target)
     copy = toy_dflash(fake, tmp_path / "copy", progress=lambda m: pytest.fail(f"retrained: {m}"))
     assert (copy / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
+
+
+def test_eval_on_a_bench_suite_walks_the_served_path(drafter, cli) -> None:
+    """`--suite code` decodes the bench's chat prompts through the target's template; the served-path τ
+    lies between 1 and k + 1 for every k, grows with k, and the training report carries it too."""
+    pair, out, report = drafter
+    code, stdout, _ = cli(
+        "draft", "eval", str(pair.target), str(out), "--suite", "code", "--requests", "3",
+        "--max-tokens", "48", "--device", "cpu", "--json",
+    )  # fmt: skip
+    assert code == 0
+    data = json.loads(stdout)
+    assert data["prompts"] == 3 and "suite:code" in data["workload"]
+    walk = data["walk_tau"]
+    assert len(walk) == 7 and all(1.0 <= t <= k + 1 for k, t in enumerate(walk, start=1))
+    assert walk == sorted(walk)
+    assert len(report.eval.walk_tau) == 7 and report.eval.workload == "held-out text"
