@@ -162,7 +162,7 @@ def _run_build(
                 m = NINJA_STEP.match(line)
                 if m:
                     done, total = int(m.group(1)), int(m.group(2))
-                    what = Path(m.group(3).split()[-1]).name if m.group(3).split() else ""
+                    what = _compiled_file(m.group(3))
                     progress(f"compiled {done}/{total or expected} {what} ({time.monotonic() - t0:.0f}s)")
             rc = proc.wait()
         finally:
@@ -171,6 +171,14 @@ def _run_build(
         last = next((t for t in reversed(tail) if "error" in t.lower()), tail[-1] if tail else "")
         raise ProcessFailed(f"FA3 build failed (exit {rc}): {last[:300]}; full log: {log}")
     return done
+
+
+def _compiled_file(command: str) -> str:
+    """The source a ninja step compiles (torch runs ninja -v: the line is the whole nvcc/c++ command)."""
+    words = command.split()
+    if "-c" in words[:-1]:
+        return Path(words[words.index("-c") + 1]).name
+    return Path(words[-1]).name if words else ""
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:

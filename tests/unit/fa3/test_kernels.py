@@ -10,8 +10,7 @@ import pytest
 
 from specq.pipeline.errors import InputError
 from specq.pipeline.fa3.kernels import bucket, derive_needs, kernel_set, setup_py_sources
-
-from .fixtures import AWQ, QWEN35_27B, toy_configs, write_config
+from tests.fa3files import AWQ, QWEN35_27B, toy_configs, write_config
 
 pytest.importorskip("transformers")  # the toy configs are written by transformers' Qwen3Config
 
@@ -59,10 +58,17 @@ def test_drafter_head_dim_differs_from_target(tmp_path: Path) -> None:
     target = write_config(tmp_path / "q35", QWEN35_27B)
     drafter = write_config(
         tmp_path / "drafter",
-        {"architectures": ["DFlashDraftModel"], "hidden_size": 5120, "num_attention_heads": 32,
-         "num_key_value_heads": 8, "head_dim": 128, "torch_dtype": "float16",
-         "layer_types": ["full_attention"], "dflash_config": {"block_size": 16}},
-    )  # fmt: skip
+        {
+            "architectures": ["DFlashDraftModel"],
+            "hidden_size": 5120,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "torch_dtype": "float16",
+            "layer_types": ["full_attention"],
+            "dflash_config": {"block_size": 16},
+        },
+    )
     needs = derive_needs([drafter, target])  # order given does not matter: targets first
     assert [(n.role, n.head_dims, n.dtypes) for n in needs] == [
         ("target", (256,), ("bf16",)),
