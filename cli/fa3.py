@@ -65,7 +65,7 @@ def build(
     ] = True,
     out_dir: Annotated[
         Path | None,
-        typer.Option("--out", help="Also write the built modules to this new directory (for PYTHONPATH)."),
+        typer.Option("--out", help="Write the built modules to this new directory instead of installing."),
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:

@@ -61,7 +61,7 @@ def build_fa3(
     out: Path | None = None,
     progress: Progress = null_progress,
 ) -> Fa3BuildResult:
-    """Build, self-check, install. Raises EnvironmentMissing (4) before starting when the toolchain or the
+    """Build, self-check, install (or, with `out`, write the modules to that new directory instead). Raises EnvironmentMissing (4) before starting when the toolchain or the
     self-check's GPU is missing, ProcessFailed (5) when the build or the self-check fails (nothing is
     installed then; the build directory and its log are kept)."""
     if not check and out is None:
@@ -70,6 +70,11 @@ def build_fa3(
     if out is not None and out.exists():
         raise UsageError(f"{out} already exists; choose another --out or remove it")
     toolchain, problems = probe_toolchain()
+    if out is None and not os.access(site_packages(), os.W_OK):
+        problems.append(
+            f"cannot write to {site_packages()} to install FA3: run as its owner, or pass --out DIR "
+            "and put DIR on PYTHONPATH"
+        )
     if check:
         gpu_problem = check_gpu_problem(plan.arch, hardware.list_gpus())
         if gpu_problem:
@@ -119,7 +124,7 @@ def build_fa3(
         _copy_tree_atomic(hopper, out, record)
         result.out = str(out)
         progress(f"wrote the build to {out} (PYTHONPATH={out})")
-    if check:
+    else:
         result.installed = [str(p) for p in install(hopper, site_packages(), record)]
         progress(f"installed into {site_packages()}")
     shutil.rmtree(work, ignore_errors=True)

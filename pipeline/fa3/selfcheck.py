@@ -18,8 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-# Max abs error vs an fp32 reference on N(0, 1) inputs. FA3 keeps P in the input dtype, so the error is a
-# few ulps of the output: bf16 has 8 mantissa bits, fp16 11.
+# Max abs error vs an fp32 reference on N(0, 1) inputs (or twice torch SDPA's own error in that dtype, if
+# larger, as flash-attention's tests allow). FA3 keeps P in the input dtype, so the error is a few ulps of
+# the output: bf16 has 8 mantissa bits, fp16 11.
 TOLERANCE = {"bf16": 3e-2, "fp16": 5e-3}
 HEADS_Q, HEADS_KV = 8, 2  # GQA 4:1, as in the toys and Qwen3.5's full attention (24:4 → 6:1)
 PAGE_SIZE = 64  # LMDeploy's default block size
@@ -37,25 +38,33 @@ class CaseResult(BaseModel):
     error: str | None = None
 
 
-def _reference(q: Any, k: Any, v: Any, causal_offset: int | None) -> Any:
-    """SDPA in fp32 for one sequence. q: (Lq, Hq, D), k/v: (Lk, Hkv, D). With `causal_offset`, query i sees
-    keys 0..offset+i (FA3 aligns the causal mask bottom-right)."""
+def _reference(q: Any, k: Any, v: Any, causal_offset: int | None, exact: bool = True) -> Any:
+    """SDPA for one sequence, in fp32 (`exact`) or in the inputs' dtype. q: (Lq, Hq, D), k/v: (Lk, Hkv, D).
+    With `causal_offset`, query i sees keys 0..offset+i (FA3 aligns the causal mask bottom-right)."""
     import torch
     import torch.nn.functional as F
 
     rep = q.shape[1] // k.shape[1]
-    qf = q.float().transpose(0, 1)
-    kf = k.float().repeat_interleave(rep, dim=1).transpose(0, 1)
-    vf = v.float().repeat_interleave(rep, dim=1).transpose(0, 1)
+    cast = (lambda t: t.float()) if exact else (lambda t: t)
+    qf = cast(q).transpose(0, 1)
+    kf = cast(k).repeat_interleave(rep, dim=1).transpose(0, 1)
+    vf = cast(v).repeat_interleave(rep, dim=1).transpose(0, 1)
     mask = None
     if causal_offset is not None:
         i = torch.arange(q.shape[0], device=q.device)[:, None]
         j = torch.arange(k.shape[0], device=q.device)[None, :]
         mask = j <= i + causal_offset
-    return F.scaled_dot_product_attention(qf, kf, vf, attn_mask=mask).transpose(0, 1)
+    return F.scaled_dot_product_attention(qf, kf, vf, attn_mask=mask).transpose(0, 1).float()
 
 
-def _varlen_case(fa: Any, dtype: Any, head_dim: int, causal: bool) -> float:
+def _errors(out: Any, q: Any, k: Any, v: Any, causal_offset: int | None) -> tuple[float, float]:
+    """(FA3's max abs error, torch SDPA's own max abs error in the low dtype), both against fp32 SDPA."""
+    ref = _reference(q, k, v, causal_offset)
+    low = _reference(q, k, v, causal_offset, exact=False)
+    return (out.float() - ref).abs().max().item(), (low - ref).abs().max().item()
+
+
+def _varlen_case(fa: Any, dtype: Any, head_dim: int, causal: bool) -> tuple[float, float]:
     import torch
 
     lens = [17, 64, 130]
@@ -66,15 +75,14 @@ def _varlen_case(fa: Any, dtype: Any, head_dim: int, causal: bool) -> float:
     v = torch.randn(total, HEADS_KV, head_dim, dtype=dtype, device="cuda")
     out = fa.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=causal)
     out = out[0] if isinstance(out, tuple) else out  # older API returned (out, lse)
-    err = 0.0
-    for b in range(len(lens)):
-        s = slice(int(cu[b]), int(cu[b + 1]))
-        ref = _reference(q[s], k[s], v[s], 0 if causal else None)
-        err = max(err, (out[s].float() - ref).abs().max().item())
-    return err
+    errs = [
+        _errors(out[s], q[s], k[s], v[s], 0 if causal else None)
+        for s in (slice(int(cu[b]), int(cu[b + 1])) for b in range(len(lens)))
+    ]
+    return max(e[0] for e in errs), max(e[1] for e in errs)
 
 
-def _paged_case(fa: Any, dtype: Any, head_dim: int, causal: bool) -> float:
+def _paged_case(fa: Any, dtype: Any, head_dim: int, causal: bool) -> tuple[float, float]:
     """LMDeploy's `_decoding_speculative`: q (B, q_len, H, D), paged caches, cache_seqlens, page_table,
     max_seqlen_q and the scheduler metadata it builds with get_scheduler_metadata."""
     import torch
@@ -97,13 +105,12 @@ def _paged_case(fa: Any, dtype: Any, head_dim: int, causal: bool) -> float:
         scheduler_metadata=meta, causal=causal,
     )  # fmt: skip
     out = out[0] if isinstance(out, tuple) else out
-    err = 0.0
+    errs = []
     for b, n in enumerate(seqlens):
         k = k_cache[page_table[b].long()].reshape(-1, HEADS_KV, head_dim)[:n]
         v = v_cache[page_table[b].long()].reshape(-1, HEADS_KV, head_dim)[:n]
-        ref = _reference(q[b], k, v, n - q_len if causal else None)
-        err = max(err, (out[b].float() - ref).abs().max().item())
-    return err
+        errs.append(_errors(out[b], q[b], k, v, n - q_len if causal else None))
+    return max(e[0] for e in errs), max(e[1] for e in errs)
 
 
 def run_cases(dtypes: list[str], head_dims: list[int], seed: int = 0) -> list[CaseResult]:
@@ -122,8 +129,10 @@ def run_cases(dtypes: list[str], head_dims: list[int], seed: int = 0) -> list[Ca
                 tol = TOLERANCE[dt]
                 try:
                     fn = _varlen_case if call == "varlen" else _paged_case
-                    err = fn(fa, torch_dtypes[dt], hd, causal)
+                    err, torch_err = fn(fa, torch_dtypes[dt], hd, causal)
                     torch.cuda.synchronize()
+                    # flash-attention's own tests allow twice torch's low-precision error; never less than tol
+                    tol = max(tol, 2 * torch_err)
                     ok = err <= tol  # NaN fails too
                     results.append(CaseResult(name=name, dtype=dt, head_dim=hd, call=call, causal=causal,
                                               max_abs_err=err, tolerance=tol, ok=ok))  # fmt: skip
