@@ -61,9 +61,10 @@ def build_fa3(
     out: Path | None = None,
     progress: Progress = null_progress,
 ) -> Fa3BuildResult:
-    """Build, self-check, install (or, with `out`, write the modules to that new directory instead). Raises EnvironmentMissing (4) before starting when the toolchain or the
-    self-check's GPU is missing, ProcessFailed (5) when the build or the self-check fails (nothing is
-    installed then; the build directory and its log are kept)."""
+    """Build, self-check, install (or, with `out`, write the modules to that new directory instead).
+    Raises EnvironmentMissing (4) before starting when the toolchain or the self-check's GPU is missing,
+    ProcessFailed (5) when the build or the self-check fails (nothing is installed then; the build
+    directory and its log are kept)."""
     if not check and out is None:
         raise UsageError("--no-check skips the self-check, so nothing is installed: pass --out DIR to keep "
                          "the unchecked build")  # fmt: skip
