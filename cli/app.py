@@ -126,9 +126,9 @@ def _root(
 
 def _register() -> None:
     # Imported here so that each command module stays light: heavy imports live in pipeline functions.
-    from . import bench, config, convert, demo, doctor, draft, plan, quantize, report, serve, toy
+    from . import bench, config, convert, demo, doctor, draft, fa3, plan, quantize, report, serve, toy
 
-    for module in (quantize, convert, serve, bench, plan, report, doctor, config, toy, draft, demo):
+    for module in (quantize, convert, serve, bench, plan, report, doctor, config, toy, draft, fa3, demo):
         module.register(app)
 
 

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from .. import hardware
+from ..fa3.installed import Fa3Coverage, build_command, installed_coverage
 
 Status = Literal["ok", "warn", "fail"]
 
@@ -26,6 +27,8 @@ class DoctorReport(BaseModel):
     schema_version: int = 1
     checks: list[Check]
     gpus: list[hardware.GpuInfo]
+    # What the installed FlashAttention-3 was built with (its flash_attn_config.CONFIG); None: none found.
+    fa3: Fa3Coverage | None = None
 
     @property
     def worst(self) -> Status:
@@ -149,18 +152,24 @@ def run_doctor(path: str = ".") -> DoctorReport:
                 fix=None if pt is None else "reinstall lmdeploy with a matching torch (<= 2.12.1)",
             )
         )
-    fa3 = hardware.flash_attention_3()
-    add(
-        Check(
-            name="flash-attention-3",
-            status="ok" if fa3 is None else "warn",
-            detail="flash_attn_interface imports" if fa3 is None else "not importable",
-            fix=None
-            if fa3 is None
-            else "LMDeploy speculative decoding on CUDA needs it: build FlashAttention-3 "
-            "from the flash-attention project's hopper/ directory",
+    fa3_reason = hardware.flash_attention_3()
+    coverage = installed_coverage()
+    covers = f"; covers {coverage.summary()}" if coverage else ""
+    if fa3_reason is None:
+        fa3_check = Check(
+            name="flash-attention-3", status="ok", detail=f"flash_attn_interface imports{covers}"
         )
-    )
+    else:
+        found = f" (found {coverage.config_path}{covers})" if coverage else ""
+        fa3_check = Check(
+            name="flash-attention-3",
+            status="warn",
+            detail=f"not importable: {fa3_reason}{found}",
+            fix="LMDeploy speculative decoding on CUDA needs it: build the kernels your models need with "
+            + build_command(["MODEL", "DRAFT"], coverage.source if coverage else None)
+            + " (see docs/fa3.md)",
+        )
+    add(fa3_check)
     from ..quantize.backends import BACKENDS  # the quantize stage's own registry: one list of backends
 
     for b in BACKENDS.values():
@@ -173,4 +182,4 @@ def run_doctor(path: str = ".") -> DoctorReport:
                 fix=None if present else b.install_hint,
             )
         )
-    return DoctorReport(checks=checks, gpus=gpus)
+    return DoctorReport(checks=checks, gpus=gpus, fa3=coverage)

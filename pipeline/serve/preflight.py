@@ -4,13 +4,20 @@ The probes are `specq.pipeline.hardware`'s (NVML, imports), so tests can simulat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+
 from .. import hardware
 from ..config.models import SpecqConfig
 from ..errors import EnvironmentMissing, InputError
+from ..fa3.installed import build_command, installed_coverage
+from ..fa3.kernels import Dtype, derive_needs
 
 # LMDeploy 0.18 builds TurboMind for sm_70 and newer; the PyTorch engine's Triton kernels need sm_75+.
 MIN_COMPUTE_CAPABILITY = {"turbomind": (7, 0), "pytorch": (7, 5)}
 TURBOMIND_MODULE = "lmdeploy.lib._turbomind"
+# `engine.dtype` (specq serve --dtype) → the FA3 dtype it runs; "auto" derives it from the checkpoint.
+ENGINE_DTYPES: dict[str, Dtype] = {"float16": "fp16", "bfloat16": "bf16"}
 
 
 def _cc(value: str | None) -> tuple[int, int] | None:
@@ -23,9 +30,12 @@ def _cc(value: str | None) -> tuple[int, int] | None:
         return None
 
 
-def lmdeploy_problems(backend: str, speculative: bool) -> list[str]:
+def lmdeploy_problems(
+    backend: str, speculative: bool, models: Sequence[str | Path] = (), dtype: str = "auto"
+) -> list[str]:
     """Every reason an LMDeploy launch with `backend` ("turbomind"/"pytorch") would fail on this machine.
-    The order is the order a user fixes them in; the first is the one to show."""
+    The order is the order a user fixes them in; the first is the one to show. `models` (target, drafter)
+    and the engine `dtype` let the FlashAttention-3 check compare what they need with what is installed."""
     problems: list[str] = []
     version = hardware.lmdeploy_version()
     if version is None:
@@ -61,17 +71,54 @@ def lmdeploy_problems(backend: str, speculative: bool) -> list[str]:
                 f"TurboMind's native module does not import ({reason}); "
                 "install the lmdeploy build that matches your CUDA runtime, or use --backend pytorch"
             )
-    if speculative:
-        reason = hardware.flash_attention_3()
-        if reason is not None:
-            problems.append(
-                "LMDeploy speculative decoding on CUDA needs FlashAttention-3, "
-                "and flash_attn_interface does not import: "
-                "install FA3 from the flash-attention project's hopper/ directory "
-                "(git clone https://github.com/Dao-AILab/flash-attention && cd flash-attention/hopper && "
-                "python setup.py install), or serve without speculation"
-            )
+    if speculative or backend == "pytorch":
+        problem = fa3_problem(speculative, models, dtype)
+        if problem:
+            problems.append(problem)
     return problems
+
+
+def fa3_problem(speculative: bool, models: Sequence[str | Path] = (), dtype: str = "auto") -> str | None:
+    """Why FlashAttention-3 would stop this PyTorch-engine launch: missing for speculation, or installed
+    without a head dim, dtype or feature the models need (LMDeploy uses an importable FA3 for every
+    attention layer up to head dim 256, so a gap fails the first request, after a minute-long start)."""
+    engine_dtype = ENGINE_DTYPES.get(dtype)
+    if speculative and hardware.flash_attention_3() is not None:
+        command = build_command(models or ["MODEL", "DRAFT"], _fa3_source(), engine_dtype)
+        return (
+            "LMDeploy speculative decoding on CUDA needs FlashAttention-3, and flash_attn_interface does not "
+            f"import: build it for these models with `{command}` (docs/fa3.md), or serve without speculation"
+        )
+    if not models:
+        return None
+    coverage = installed_coverage()
+    if coverage is None or (not speculative and hardware.flash_attention_3() is not None):
+        return None  # plain decoding uses FA3 only when it imports
+    try:
+        needs = derive_needs(models, engine_dtype)
+    except InputError:  # a config the derivation cannot read: LMDeploy reports what it cannot load
+        return None
+    gaps = coverage.missing(needs)
+    if not gaps:
+        return None
+    command = build_command(models, coverage.source, engine_dtype)
+    return (
+        f"the installed FlashAttention-3 ({coverage.config_path}) lacks {', '.join(gaps)}: LMDeploy would "
+        f"fail on the first request; rebuild it for these models with `{command}`"
+    )
+
+
+def _fa3_source() -> str | None:
+    coverage = installed_coverage()
+    return coverage.source if coverage else None
+
+
+def served_models(cfg: SpecqConfig) -> list[str]:
+    """The target and (when speculating) the drafter a serve config launches, as given by the user."""
+    models = [cfg.model.model_path] if cfg.model.model_path else []
+    if cfg.model.draft_model_path and cfg.model.num_draft_tokens > 0:
+        models.append(cfg.model.draft_model_path)
+    return [str(m) for m in models]
 
 
 def vram_problem(cfg: SpecqConfig) -> str | None:
@@ -92,7 +139,9 @@ def vram_problem(cfg: SpecqConfig) -> str | None:
 
 def require_lmdeploy(backend: str, speculative: bool, cfg: SpecqConfig | None = None) -> None:
     """Raise the first preflight problem as EnvironmentMissing (exit 4)."""
-    problems = lmdeploy_problems(backend, speculative)
+    models = served_models(cfg) if cfg is not None else []
+    dtype = cfg.engine.dtype if cfg is not None else "auto"
+    problems = lmdeploy_problems(backend, speculative, models, dtype)
     if not problems and cfg is not None:
         vram = vram_problem(cfg)
         if vram:

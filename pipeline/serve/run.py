@@ -97,9 +97,10 @@ def dry_run(cfg: SpecqConfig, run_dir: Path | None = None, progress: Progress = 
     """Resolve and check everything a launch would, without launching; preflight problems become notices."""
     engine = _engine(cfg, run_dir, progress)
     if engine.name == "lmdeploy":
-        from .preflight import lmdeploy_problems
+        from .preflight import lmdeploy_problems, served_models
 
-        for problem in lmdeploy_problems(engine.spec.backend or "turbomind", engine.spec.speculative):
+        backend, speculative = engine.spec.backend or "turbomind", engine.spec.speculative
+        for problem in lmdeploy_problems(backend, speculative, served_models(cfg), cfg.engine.dtype):
             progress(f"preflight (a launch here would stop): {problem}")
     return info_of(engine, cfg)
 

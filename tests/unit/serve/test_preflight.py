@@ -74,9 +74,58 @@ def test_turbomind_module_missing(machine) -> None:
 
 def test_fa3_missing_for_speculation(machine) -> None:
     machine["fa3"] = "ModuleNotFoundError: No module named 'flash_attn_interface'"
-    with pytest.raises(EnvironmentMissing, match="needs FlashAttention-3.*hopper/ directory"):
+    with pytest.raises(EnvironmentMissing, match=r"needs FlashAttention-3.*`specq fa3 build --source "):
         preflight.require_lmdeploy("pytorch", True)
     preflight.require_lmdeploy("pytorch", False)  # plain decoding does not need it
+
+
+def _serve_cfg(target, draft=None, dtype="auto"):
+    from specq.pipeline.config.models import SpecqConfig
+
+    model = {"model_path": str(target)} | (
+        {"draft_model_path": str(draft), "num_draft_tokens": 4} if draft else {}
+    )
+    return SpecqConfig.model_validate({"model": model, "engine": {"dtype": dtype}})
+
+
+def test_fa3_missing_names_the_models_in_hand(machine, ckpts) -> None:
+    machine["fa3"] = "ModuleNotFoundError: No module named 'flash_attn_interface'"
+    cfg = _serve_cfg(ckpts["target"], ckpts["target"])
+    with pytest.raises(EnvironmentMissing) as e:
+        preflight.require_lmdeploy("pytorch", True, cfg=cfg)
+    assert f"specq fa3 build --source FLASH_ATTENTION_DIR {ckpts['target']} {ckpts['target']}`" in str(
+        e.value
+    )
+
+
+def test_installed_fa3_without_the_head_dim_refuses_before_launch(
+    machine, ckpts, tmp_path, monkeypatch
+) -> None:
+    """A real flash_attn_config.py (hdim64 only, as the README's build) on sys.path; a Qwen3.5-27B-shaped
+    target needs 256: exit 4 before the engine starts, with the build command for these models."""
+    from tests.fa3files import QWEN35_27B, README_BUILD, write_config, write_fa3_config
+
+    write_fa3_config(tmp_path / "site", README_BUILD)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    q35 = write_config(tmp_path / "q35", QWEN35_27B)
+    with pytest.raises(EnvironmentMissing, match=r"lacks head dim 256 \(q35\)") as e:
+        preflight.require_lmdeploy("pytorch", True, cfg=_serve_cfg(q35))
+    assert e.value.exit_code == 4 and "\n" not in str(e.value)
+    assert str(e.value).endswith(f"`specq fa3 build --source FLASH_ATTENTION_DIR {q35}`")
+    with pytest.raises(EnvironmentMissing, match="lacks head dim 256"):  # plain decoding uses FA3 as well
+        preflight.require_lmdeploy("pytorch", False, cfg=_serve_cfg(q35))
+    preflight.require_lmdeploy("turbomind", False, cfg=_serve_cfg(q35))  # TurboMind does not use FA3
+    preflight.require_lmdeploy("pytorch", True, cfg=_serve_cfg(ckpts["target"]))  # head dim 64: covered
+
+
+def test_installed_fa3_without_fp16_refuses_an_fp16_engine(machine, ckpts, tmp_path, monkeypatch) -> None:
+    from tests.fa3files import README_BUILD, write_fa3_config
+
+    write_fa3_config(tmp_path / "site", README_BUILD | {"FP16"})
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    with pytest.raises(EnvironmentMissing, match=r"lacks fp16 .*--dtype fp16`$"):
+        preflight.require_lmdeploy("pytorch", True, cfg=_serve_cfg(ckpts["target"], dtype="float16"))
+    assert preflight.lmdeploy_problems("pytorch", True, [str(ckpts["target"])]) == []  # bf16 checkpoint
 
 
 def test_vram_plan_that_does_not_fit(machine, ckpts) -> None:

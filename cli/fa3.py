@@ -1,0 +1,130 @@
+"""`specq fa3 build`: build the FlashAttention-3 the served models need (pipeline: `specq.pipeline.fa3`)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ._common import JsonOpt, emit_json, note, out, progress
+
+fa3_app = typer.Typer(
+    help="Build the FlashAttention-3 that LMDeploy's speculative decoding needs, for your models and GPU.",
+    no_args_is_help=True,
+)
+
+
+class ArchOpt(str, Enum):
+    auto = "auto"
+    sm80 = "sm80"
+    sm90 = "sm90"
+
+
+class DtypeOpt(str, Enum):
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+def build(
+    source: Annotated[
+        Path,
+        typer.Option(
+            "--source", help="A flash-attention checkout: the directory containing hopper/ (or hopper/)."
+        ),
+    ],
+    models: Annotated[
+        list[Path] | None,
+        typer.Argument(metavar="MODEL", help="The model directories to serve: target(s) and drafter(s)."),
+    ] = None,
+    arch: Annotated[
+        ArchOpt,
+        typer.Option(help="auto: this GPU's (sm90 on Hopper, sm80 on Ampere/Ada such as the RTX 3090)."),
+    ] = ArchOpt.auto,
+    head_dim: Annotated[
+        list[int] | None, typer.Option("--head-dim", help="Also build this head dim (repeatable).")
+    ] = None,
+    dtype: Annotated[
+        DtypeOpt | None,
+        typer.Option(
+            help="The dtype the engine runs in, instead of the one derived (as `specq serve --dtype`)."
+        ),
+    ] = None,
+    jobs: Annotated[
+        int | None, typer.Option(help="Parallel nvcc jobs (default: min(cores, available GiB / 4)).")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the exact environment and command; build nothing.")
+    ] = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check/--no-check", help="Self-check against torch SDPA before installing (needs a GPU)."
+        ),
+    ] = True,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out", help="Write the built modules to this new directory instead of installing."),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Derive the kernel set from MODELs (head dims, dtype: AWQ → fp16, arch), build only that from the
+    flash-attention checkout, self-check it against torch, and install it into this environment.
+
+    Example: specq fa3 build --source ./flash-attention ./toy/target ./toy-dflash --dry-run
+    """
+    from specq.pipeline.fa3 import build_fa3, make_plan
+
+    dt = dtype.value if dtype else None
+    plan = make_plan(
+        source, models or [], arch=arch.value, head_dims=head_dim or [], dtypes=[dt] if dt else [],
+        dtype=dt, jobs=jobs,
+    )  # fmt: skip
+    for line in plan.notes:
+        note(line)
+    if dry_run:
+        _dry_run(plan, json_out)
+        return
+    result = build_fa3(plan, check=check, out=out_dir, progress=progress)
+    if json_out:
+        emit_json(result.model_dump(mode="json"))
+        return
+    out.print(
+        f"FA3 built in {result.build_seconds:.0f}s ({len(plan.kernel_files)} kernel files, {plan.arch})"
+    )
+    for c in result.cases:
+        out.print(f"  self-check {c.name}: max abs err {c.max_abs_err:.2e} (≤ {c.tolerance:g})")
+    for p in result.installed:
+        out.print(f"installed: {p}")
+    if result.out:
+        out.print(f"written to: {result.out}")
+
+
+def _dry_run(plan: object, json_out: bool) -> None:
+    from specq.pipeline.fa3 import Fa3Plan
+    from specq.pipeline.fa3.plan import probe_toolchain
+
+    assert isinstance(plan, Fa3Plan)
+    _, problems = probe_toolchain()
+    for problem in problems:
+        note(f"a build here would stop: {problem}")
+    if json_out:
+        emit_json(plan.model_dump(mode="json") | {"shell": plan.shell(), "problems": problems})
+        return
+    ks = plan.kernels
+    out.print(f"# arch {plan.arch} ({plan.arch_reason})")
+    for m in plan.models:
+        dims = ", ".join(map(str, m.head_dims)) or "none"
+        out.print(f"# {m.role} {m.path}: head dim {dims}; {'/'.join(m.dtypes)} ({m.dtype_reason})")
+    out.print(
+        f"# kernels: head dims {', '.join(map(str, ks.hdims))} × {'+'.join(ks.dtypes)} × paged/not paged; "
+        f"{len(plan.kernel_files)} kernel files, {len(plan.sources)} compile steps, {plan.jobs} jobs "
+        f"({plan.cores} cores, {plan.memory_gib} GiB available)"
+    )
+    out.print(plan.shell())
+
+
+def register(app: typer.Typer) -> None:
+    fa3_app.command("build")(build)
+    app.add_typer(fa3_app, name="fa3")
