@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..config.models import SpecqConfig
 from ..errors import SpecqError
+from ..fsutil import check_writable
 from ..hardware import list_gpus, lmdeploy_version, package_version
 from ..progress import Progress, null_progress
 from ..report.compare import evaluate_gates
@@ -283,6 +284,7 @@ def run_bench(
     b = cfg.bench
     check_inputs(cfg, engine_factory)
     out = Path(out_dir or b.out or default_out_dir())
+    check_writable(out)  # before any server starts
     workload = build_workload(
         suite=b.suite, prompts_file=b.prompts, dataset=b.dataset, field=b.field, requests=b.requests
     )

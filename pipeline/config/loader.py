@@ -168,8 +168,42 @@ def resolve_config(
         return SpecqConfig.model_validate(merged)
     except ValidationError as e:
         err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(f"{where}: {err['msg']} (got {err.get('input')!r})") from None
+        loc = [str(p) for p in err["loc"]]
+        raise ConfigError(_validation_message(loc, err["msg"], err.get("input"), layers)) from None
+
+
+def _validation_message(
+    loc: list[str], msg: str, value: Any, layers: list[tuple[str, dict[str, Any]]]
+) -> str:
+    """`section.key: what is wrong (got VALUE, from SOURCE)` in specq's words: no pydantic prefixes, the
+    value once and short, and the layer that set it (an environment variable by its name)."""
+    where = ".".join(loc)
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix) :]
+    got = repr(value)
+    if len(got) > 60:
+        got = got[:57] + "..."
+    parts = [] if got in msg or value is None else [f"got {got}"]
+    source = _source_of(loc, layers)
+    if source:
+        parts.append(f"from {source}")
+    return f"{where}: {msg}" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _source_of(loc: list[str], layers: list[tuple[str, dict[str, Any]]]) -> str | None:
+    """The highest layer that set `loc` (section, key); None when only the packaged preset did."""
+    if len(loc) < 2:
+        return None
+    for source, layer in reversed(layers):
+        section = layer.get(loc[0])
+        if isinstance(section, Mapping) and loc[1] in section:
+            if source.startswith("environment"):
+                return f"environment variable {ENV_PREFIX}{loc[0].upper()}__{loc[1].upper()}"
+            if source.startswith("preset default"):
+                return None
+            return "the command line" if source == "command-line flags" else source
+    return None
 
 
 def config_to_toml(cfg: SpecqConfig, sections: tuple[str, ...] | None = None) -> str:

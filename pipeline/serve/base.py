@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from ..config.models import SpecqConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, InputError
 from ..progress import Progress, null_progress
 from .engine import Engine
 from .process import ManagedProcess, check_port_free
@@ -40,8 +40,8 @@ class ProcessEngine(Engine):
     """An Engine whose server is one supervised child process."""
 
     log_name = "server.log"
-    #: stop the server when this process dies, even by SIGKILL (foreground `specq serve`; Linux)
-    die_with_parent = False
+    #: stop the server when this process dies, even by SIGKILL (Linux); only `serve --detach` turns it off
+    die_with_parent = True
 
     def __init__(
         self, spec: ServeSpec, cfg: SpecqConfig, run_dir: Path, progress: Progress = null_progress
@@ -100,6 +100,7 @@ class ProcessEngine(Engine):
         self.preflight()
         if self.spec.port_given:
             check_port_free(self.spec.host or "127.0.0.1", self.spec.port)
+        require_weights(self.spec.target.path, self.spec.draft_path)
         self.prepare()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._proc = ManagedProcess(
@@ -136,3 +137,14 @@ class ProcessEngine(Engine):
             self.stop()
             raise
         return self
+
+
+def require_weights(target: Path, draft: Path | None) -> None:
+    """A launch needs weights: a config-only directory (fine for `--dry-run` and `specq plan`) is exit 2."""
+    from ..checkpoint import Checkpoint
+
+    for role, path in (("target", target), ("drafter", draft)):
+        if path is not None and not Checkpoint(path).has_weights:
+            raise InputError(
+                f"{role} {path}: no .safetensors weights to serve; pass a complete model directory"
+            )
