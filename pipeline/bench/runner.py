@@ -34,6 +34,7 @@ from ..report.models import (
 from ..serve.engine import Engine
 from .analysis import aggregate, client_decode_rate, lossless, predict_best_k, roofline
 from .client import RequestSpec, TokenCounter, load_token_counter, run_requests
+from .limits import check_prompt_lengths
 from .metrics import acceptance, scrape, server_check, settled_scrape
 from .telemetry import TelemetrySampler
 from .workload import Workload, build_workload
@@ -289,6 +290,7 @@ def run_bench(
         suite=b.suite, prompts_file=b.prompts, dataset=b.dataset, field=b.field, requests=b.requests
     )
     counter, why = load_token_counter(b.tokenizer or cfg.model.model_path)
+    check_prompt_lengths(workload, counter, b.max_tokens, cfg.model.model_path, b.mode)
     report = new_report(cfg, workload)
     if counter is None:
         report.notes.append(

@@ -36,6 +36,19 @@ def read_api_keys(cfg: SpecqConfig) -> list[str]:
     return keys
 
 
+LOOPBACK = ("", "localhost", "127.0.0.1", "::1")
+
+
+def warn_if_exposed(host: str | None, api_keys: list[str], progress: Progress) -> None:
+    """A server reachable beyond this machine with no API key serves anyone who can reach it: say so."""
+    if (host or "") in LOOPBACK or host is None or host.startswith("127.") or api_keys:
+        return
+    progress(
+        f"warning: --host {host} listens beyond this machine and no API key is set: anyone who can reach"
+        " it can use it; pass --api-keys-env VAR or --api-keys-file FILE, or bind 127.0.0.1"
+    )
+
+
 class ProcessEngine(Engine):
     """An Engine whose server is one supervised child process."""
 
@@ -51,6 +64,7 @@ class ProcessEngine(Engine):
         self.run_dir = Path(run_dir)
         self.progress = progress
         self.api_keys = read_api_keys(cfg)
+        warn_if_exposed(spec.host, self.api_keys, progress)
         self._proc: ManagedProcess | None = None
 
     # -- what subclasses provide ------------------------------------------------------------------------
