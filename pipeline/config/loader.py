@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..errors import ConfigError
+from ..errors import ConfigError, decode_error
 from .models import SpecqConfig
 
 if sys.version_info >= (3, 11):
@@ -88,7 +88,10 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} does not exist")
     if path.is_dir():
         raise ConfigError(f"config file {path} is a directory; pass a .toml or .ini file")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise decode_error(e, path) from None
     if path.suffix.lower() in (".ini", ".cfg"):
         parser = configparser.ConfigParser(inline_comment_prefixes=("#", ";"), interpolation=None)
         try:
