@@ -63,8 +63,8 @@ def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_
     check_writable(out / "x")
     try:
         out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise (os_error(e, out, fix="choose another --out") or e) from None
+    except OSError as exc:
+        raise (os_error(exc, out, fix="choose another --out") or exc) from None
     t_start = time.perf_counter()
     stage_seconds: dict[str, float] = {}
     clock = [time.perf_counter()]
