@@ -169,6 +169,11 @@ class Checkpoint:
         return sorted(self.path.glob("*.safetensors"))
 
     @property
+    def file_bytes(self) -> int:
+        """Bytes the weight files take on disk (0 for a config-only directory)."""
+        return sum(f.stat().st_size for f in self._weight_files())
+
+    @property
     def weight_bytes(self) -> int:
         return sum(t.nbytes for t in self.tensors.values())
 

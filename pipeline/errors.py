@@ -94,9 +94,10 @@ def os_error(exc: OSError, path: str | Path | None = None, *, fix: str | None = 
     return None
 
 
-def decode_error(exc: UnicodeDecodeError, path: str | Path) -> InputError:
-    """A text input that is not UTF-8: where the first bad byte is and what to do."""
+def decode_error(exc: UnicodeDecodeError, path: str | Path, offset: int = 0) -> InputError:
+    """A text input that is not UTF-8: where the first bad byte is (`offset`: where `exc.object` began in
+    the file) and what to do."""
     return InputError(
-        f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+        f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {offset + exc.start}); "
         "convert it to UTF-8 (e.g. iconv -t UTF-8) or pass another file"
     )

@@ -7,6 +7,7 @@ same packed stream is kept apart for the quality report. Every bad source is an 
 
 from __future__ import annotations
 
+import codecs
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,12 +110,26 @@ def _read_jsonl(files: list[Path]) -> _Columns:
     return _Columns(rows)
 
 
+TEXT_FORMATS = (".txt", ".json", ".jsonl", ".csv")
+
+
 def _check_readable(files: list[Path]) -> None:
-    """Local calibration files open for reading (a permission problem is the user's, named with its path)."""
+    """Local calibration files open for reading and text ones are UTF-8 (a problem is the user's, named
+    with its path, before a backend reports it as its own error)."""
     for f in files:
         try:
             with open(f, "rb") as fh:
-                fh.read(1)
+                if f.suffix.lower() in TEXT_FORMATS:
+                    decoder = codecs.getincrementaldecoder("utf-8")()
+                    offset = 0
+                    while chunk := fh.read(1 << 20):
+                        try:
+                            decoder.decode(chunk)
+                        except UnicodeDecodeError as e:
+                            raise decode_error(e, f, offset) from None
+                        offset += len(chunk)
+                else:
+                    fh.read(1)
         except OSError as e:
             raise (os_error(e, f, fix="make it readable (chmod u+r) or pass another --calib") or e) from None
 

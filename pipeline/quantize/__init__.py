@@ -174,7 +174,7 @@ def quantize(
     if out.exists():
         raise InputError(f"{out} already exists; choose another --out or remove it")
     validate_checkpoint(ckpt, role="model")
-    check_writable(out)  # before calibration and quantization, not after
+    check_writable(out, need_bytes=ckpt.file_bytes // 4)  # 4-bit weights at least; before calibration
     device = resolve_device(cfg.device)
     from ..calibration import Calibration, load_calibration, load_tokenizer
 
