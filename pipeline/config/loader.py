@@ -126,13 +126,20 @@ def _check_keys(layer: Mapping[str, Any], model: type[BaseModel], source: str, p
             hint = (
                 f" (did you mean '{prefix}{close[0]}'?)" if close else f"; valid: {', '.join(sorted(names))}"
             )
-            raise ConfigError(f"{source}: unknown key '{dotted}'{hint}")
+            raise ConfigError(f"{_named(source, dotted)}: unknown key '{dotted}'{hint}")
         field = fields.get(key)
         sub = field.annotation if field is not None else None
         if isinstance(sub, type) and issubclass(sub, BaseModel):
             if not isinstance(value, Mapping):
                 raise ConfigError(f"{source}: '{dotted}' must be a table of settings, got {value!r}")
             _check_keys(value, sub, source, f"{dotted}.")
+
+
+def _named(source: str, dotted: str) -> str:
+    """The environment layer as the variable the user set; other layers as they are."""
+    if source.startswith("environment") and "." in dotted:
+        return f"environment variable {ENV_PREFIX}{dotted.replace('.', '__').upper()}"
+    return source
 
 
 def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:

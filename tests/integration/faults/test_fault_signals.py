@@ -98,7 +98,8 @@ def test_bench_killed_outright_leaves_no_server(toy_pair, tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_foreground_serve_stops_its_server_on_signal(sig, toy_pair, tmp_path):
     proc = subprocess.Popen(
-        [*SPECQ, "-q", "serve", str(toy_pair.target), "--engine", "embedded", "--run-dir", str(tmp_path / "run")],
+        [*SPECQ, "-q", "serve", str(toy_pair.target), "--engine", "embedded",
+         "--run-dir", str(tmp_path / "run")],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
