@@ -59,8 +59,11 @@ EXIT_CODES = {
     1: "unexpected error (a bug: rerun with SPECQ_DEBUG=1 and report it)",
     2: "bad usage, configuration or input",
     3: "a benchmark gate failed",
-    4: "missing environment (GPU, lmdeploy, FlashAttention-3, a quantization backend)",
+    4: "missing environment (GPU, lmdeploy, FlashAttention-3, a quantization backend, disk space)",
     5: "a managed process (server, backend) failed",
+    129: "hung up (SIGHUP): partial results kept, managed servers stopped",
+    130: "interrupted (Ctrl-C): partial results kept, managed servers stopped",
+    143: "terminated (SIGTERM): partial results kept, managed servers stopped",
 }
 
 
