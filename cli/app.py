@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -16,7 +17,7 @@ from typer._click.exceptions import ClickException
 from typer.core import TyperGroup
 
 from specq.pipeline import __version__
-from specq.pipeline.errors import SpecqError
+from specq.pipeline.errors import SpecqError, Terminated, os_error
 
 from . import _common
 
@@ -25,19 +26,35 @@ class SpecqGroup(TyperGroup):
     """Root group whose invoke() is the one place where errors become exit codes."""
 
     def invoke(self, ctx: Any) -> Any:  # Typer's vendored click Context
+        previous = _terminate_like_interrupt()
         try:
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, typer.TyperException):  # exits and usage errors: Typer's own
             raise
         except SpecqError as e:
             _fail(e, str(e), e.exit_code)
+        except Terminated as e:
+            _fail(e, f"terminated by {signal.Signals(e.signum).name}", 128 + e.signum)
         except KeyboardInterrupt as e:
             _fail(e, "interrupted", 130)
         except BrokenPipeError:
             # stdout was closed early (`specq ... | head`): not an error of ours; stop quietly
             _quiet_broken_pipe()
+        except OSError as e:  # permission denied, read-only file system, full disk: the user's to fix
+            mapped = os_error(e)
+            if mapped is None:
+                _fail(e, _unexpected(e), 1)
+            else:
+                _fail(e, str(mapped), mapped.exit_code)
+        except UnicodeDecodeError as e:  # an input read as text somewhere that did not name its file
+            _fail(e, f"an input is not UTF-8 text ({e.reason} at byte {e.start}); convert it to UTF-8", 2)
         except Exception as e:  # the one place a blind except belongs: nothing else may reach the user
-            _fail(e, f"unexpected error: {type(e).__name__}: {e} (rerun with SPECQ_DEBUG=1 and report it)", 1)
+            if "No space left on device" in str(e) or "os error 28" in str(e):  # wrapped by a backend
+                _fail(e, f"no space left on the device ({type(e).__name__}); free some space", 4)
+            _fail(e, _unexpected(e), 1)
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
 
     def main(
         self,
@@ -66,6 +83,33 @@ class SpecqGroup(TyperGroup):
             sys.exit(e.exit_code)
         # Without standalone mode an explicit exit comes back as its code; a command's return is not one.
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _unexpected(e: BaseException) -> str:
+    return f"unexpected error: {type(e).__name__}: {e} (rerun with SPECQ_DEBUG=1 and report it)"
+
+
+def _terminate_like_interrupt() -> dict[int, Any]:
+    """SIGTERM (`kill`, `timeout`, a CI runner) and SIGHUP (a closed terminal) unwind like Ctrl-C: every
+    `finally` runs, so partial reports are written and managed servers stopped. Further TERM/HUP signals
+    are ignored while that cleanup runs."""
+
+    def handler(signum: int, frame: Any) -> None:
+        for name in ("SIGTERM", "SIGHUP"):
+            if hasattr(signal, name):
+                signal.signal(getattr(signal, name), signal.SIG_IGN)
+        raise Terminated(signum)
+
+    previous: dict[int, Any] = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is None:  # no SIGHUP on Windows
+            continue
+        try:
+            previous[sig] = signal.signal(sig, handler)
+        except (ValueError, OSError):  # not the main thread: nothing to install
+            pass
+    return previous
 
 
 def _quiet_broken_pipe() -> None:

@@ -50,8 +50,10 @@ def build(
 
     Example: specq toy build specq-out/toy --size small --seed 0
     """
+    from specq.pipeline.fsutil import check_writable
     from specq.pipeline.toy import build_toy_pair, export_toy_pair
 
+    check_writable(out_dir, what="OUT")  # before the build (minutes when not cached)
     built = build_toy_pair(size.value, seed, force=force, progress=progress)
     pair = export_toy_pair(built, out_dir)
     dflash = None

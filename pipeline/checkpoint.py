@@ -5,6 +5,7 @@ convert, plan, serve and bench all read checkpoints through this one module."""
 from __future__ import annotations
 
 import json
+import re
 import struct
 from functools import cached_property
 from pathlib import Path
@@ -168,6 +169,11 @@ class Checkpoint:
         return sorted(self.path.glob("*.safetensors"))
 
     @property
+    def file_bytes(self) -> int:
+        """Bytes the weight files take on disk (0 for a config-only directory)."""
+        return sum(f.stat().st_size for f in self._weight_files())
+
+    @property
     def weight_bytes(self) -> int:
         return sum(t.nbytes for t in self.tensors.values())
 
@@ -233,3 +239,102 @@ def _compressed_tensors_info(q: dict[str, Any]) -> QuantInfo:
         checkpoint_format=q.get("format"),
         raw=dict(q),
     )
+
+
+# Config keys every decoder needs to be built (in `text_config` for multimodal checkpoints); drafters need
+# fewer because they borrow the target's embedding and head.
+MODEL_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+DRAFT_KEYS = ("hidden_size",)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+
+
+def checkpoint_problems(
+    ckpt: Checkpoint, *, tokenizer: bool = True, weights: bool = True, drafter: bool = False
+) -> list[str]:
+    """What makes `ckpt` unusable, reading headers and small JSON files only (milliseconds): safetensors
+    headers against file sizes, the config keys its architecture needs, the tensors those keys imply (an
+    embedding, every layer, the final norm, a head unless tied) and, with `tokenizer`, a tokenizer that
+    parses. Empty means the checkpoint is complete; convert, plan, serve, draft and quantize all ask.
+    Without `weights`, a config-only directory passes (planning, a dry run); weights present are checked.
+    A `drafter` (DFlash, EAGLE, or a small model used as one) borrows the target's embedding, head and
+    tokenizer and comes in several layouts: its headers and hidden size are checked."""
+    text = ckpt.text_config
+    problems: list[str] = []
+    keys = DRAFT_KEYS if drafter else MODEL_KEYS
+    missing = [k for k in keys if not isinstance(text.get(k), int) or isinstance(text.get(k), bool)]
+    if missing:
+        problems.append(f"config.json lacks {', '.join(missing)} (needed to build the model)")
+    try:
+        if not weights and not ckpt.has_weights:
+            return problems + (tokenizer_problems(ckpt.path) if tokenizer else [])
+        tensors = ckpt.tensors  # every header against its file's size
+    except InputError as e:
+        return problems + [str(e)]
+    if drafter:
+        return problems
+    names = list(tensors)
+    layers = text.get("num_hidden_layers")
+    if isinstance(layers, int) and layers > 0:
+        present = {int(m.group(1)) for m in (_LAYER.search(n) for n in names) if m}
+        absent = [i for i in range(layers) if i not in present]
+        if absent:
+            problems.append(
+                f"config.json says {layers} layers but the weights have none for layer"
+                f"{'s' if len(absent) > 1 else ''} {_ranges(absent)}"
+            )
+    if not any("embed_tokens." in n or n.startswith(("wte.", "transformer.wte.")) for n in names):
+        problems.append("the weights have no token embedding (embed_tokens)")
+    tied = bool(ckpt.config.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
+    if not tied and not any(n.startswith("lm_head.") or ".lm_head." in n for n in names):
+        problems.append("the weights have no lm_head and config.json does not tie it to the embedding")
+    if tokenizer:
+        problems += tokenizer_problems(ckpt.path)
+    return problems
+
+
+def tokenizer_problems(path: Path) -> list[str]:
+    """A tokenizer that would load: tokenizer.json parses as JSON with a model, or a vocabulary is there."""
+    tj = path / "tokenizer.json"
+    if tj.is_file():
+        try:
+            data = json.loads(tj.read_text(encoding="utf-8"))
+        except OSError as e:
+            return [f"{tj}: cannot be read ({e.strerror})"]
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return [f"{tj}: not valid JSON; the tokenizer is damaged (copy it again from the original model)"]
+        if not isinstance(data, dict) or "model" not in data:
+            return [f"{tj}: has no tokenizer model; copy it again from the original model"]
+        return []
+    if any((path / f).is_file() for f in TOKENIZER_FILES[1:]):
+        return []
+    return [f"no tokenizer ({', '.join(TOKENIZER_FILES)}); copy the tokenizer files from the original model"]
+
+
+def validate_checkpoint(
+    ckpt: Checkpoint, *, tokenizer: bool = True, weights: bool = True, role: str = "model"
+) -> Checkpoint:
+    """Raise one InputError (exit 2) naming the first problem `checkpoint_problems` finds (and how many
+    more there are); return `ckpt` when it is complete. `role` "drafter" checks what a drafter needs."""
+    drafter = role == "drafter"
+    problems = checkpoint_problems(
+        ckpt, tokenizer=tokenizer and not drafter, weights=weights, drafter=drafter
+    )
+    if problems:
+        n = len(problems) - 1
+        more = f" (and {n} more problem{'s' if n > 1 else ''})" if n else ""
+        first = problems[0] if problems[0].startswith(str(ckpt.path)) else f"{ckpt.path}: {problems[0]}"
+        raise InputError(f"{role} {first}{more}; the checkpoint is incomplete or damaged")
+    return ckpt
+
+
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def _ranges(values: list[int]) -> str:  # also in config.models (int_ranges); checkpoint stays config-free
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ",".join(str(a) if a == b else f"{a}..{b}" for a, b in runs)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..config.models import SpecqConfig
 from ..errors import SpecqError
+from ..fsutil import check_writable
 from ..hardware import list_gpus, lmdeploy_version, package_version
 from ..progress import Progress, null_progress
 from ..report.compare import evaluate_gates
@@ -33,6 +34,7 @@ from ..report.models import (
 from ..serve.engine import Engine
 from .analysis import aggregate, client_decode_rate, lossless, predict_best_k, roofline
 from .client import RequestSpec, TokenCounter, load_token_counter, run_requests
+from .limits import check_prompt_lengths
 from .metrics import acceptance, scrape, server_check, settled_scrape
 from .telemetry import TelemetrySampler
 from .workload import Workload, build_workload
@@ -283,10 +285,12 @@ def run_bench(
     b = cfg.bench
     check_inputs(cfg, engine_factory)
     out = Path(out_dir or b.out or default_out_dir())
+    check_writable(out)  # before any server starts
     workload = build_workload(
         suite=b.suite, prompts_file=b.prompts, dataset=b.dataset, field=b.field, requests=b.requests
     )
     counter, why = load_token_counter(b.tokenizer or cfg.model.model_path)
+    check_prompt_lengths(workload, counter, b.max_tokens, cfg.model.model_path, b.mode)
     report = new_report(cfg, workload)
     if counter is None:
         report.notes.append(

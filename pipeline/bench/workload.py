@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from ..errors import InputError, missing_package
+from ..errors import InputError, decode_error, missing_package
 from ..jsonl import read_records
 
 Mode = Literal["chat", "completion"]
@@ -92,7 +92,11 @@ def load_prompts_file(path: str | Path) -> list[Prompt]:
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{p}: no such prompts file (expected JSONL with 'prompt' or 'messages' per line)")
-    recs = read_records(p.read_text(encoding="utf-8"), str(p))
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise decode_error(e, p) from None
+    recs = read_records(text, str(p))
     if not recs:
         raise InputError(f"{p}: no prompts in the file")
     return [_to_prompt(r, str(p), i, "custom") for i, r in enumerate(recs, 1)]

@@ -7,6 +7,7 @@ same packed stream is kept apart for the quality report. Every bad source is an 
 
 from __future__ import annotations
 
+import codecs
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..errors import InputError, missing_package
+from ..errors import InputError, decode_error, missing_package, os_error
 from ..jsonl import read_records
 from ..progress import Progress, null_progress
 
@@ -99,11 +100,44 @@ class _Columns:
 def _read_jsonl(files: list[Path]) -> _Columns:
     """Local `.jsonl` files read with the standard library: the common case, without `datasets`' import and
     Arrow conversion."""
-    return _Columns([rec for f in files for rec in read_records(f.read_text(encoding="utf-8"), str(f))])
+    rows: list[dict[str, Any]] = []
+    for f in files:
+        try:
+            text = f.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise decode_error(e, f) from None
+        rows += read_records(text, str(f))
+    return _Columns(rows)
+
+
+TEXT_FORMATS = (".txt", ".json", ".jsonl", ".csv")
+
+
+def _check_readable(files: list[Path]) -> None:
+    """Local calibration files open for reading and text ones are UTF-8 (a problem is the user's, named
+    with its path, before a backend reports it as its own error)."""
+    for f in files:
+        try:
+            with open(f, "rb") as fh:
+                if f.suffix.lower() in TEXT_FORMATS:
+                    decoder = codecs.getincrementaldecoder("utf-8")()
+                    offset = 0
+                    while chunk := fh.read(1 << 20):
+                        try:
+                            decoder.decode(chunk)
+                        except UnicodeDecodeError as e:
+                            raise decode_error(e, f, offset) from None
+                        offset += len(chunk)
+                else:
+                    fh.read(1)
+        except OSError as e:
+            raise (os_error(e, f, fix="make it readable (chmod u+r) or pass another --calib") or e) from None
 
 
 def _load_rows(source: str) -> tuple[str, list[str], Any]:
     kind, spec = parse_source(source)
+    if isinstance(spec, list):
+        _check_readable(spec)
     if isinstance(spec, list) and all(p.suffix.lower() == ".jsonl" for p in spec):
         return kind, [str(p) for p in spec], _read_jsonl(spec)
     try:

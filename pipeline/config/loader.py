@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..errors import ConfigError
+from ..errors import ConfigError, decode_error
 from .models import SpecqConfig
 
 if sys.version_info >= (3, 11):
@@ -88,7 +88,10 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} does not exist")
     if path.is_dir():
         raise ConfigError(f"config file {path} is a directory; pass a .toml or .ini file")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise decode_error(e, path) from None
     if path.suffix.lower() in (".ini", ".cfg"):
         parser = configparser.ConfigParser(inline_comment_prefixes=("#", ";"), interpolation=None)
         try:
@@ -123,13 +126,20 @@ def _check_keys(layer: Mapping[str, Any], model: type[BaseModel], source: str, p
             hint = (
                 f" (did you mean '{prefix}{close[0]}'?)" if close else f"; valid: {', '.join(sorted(names))}"
             )
-            raise ConfigError(f"{source}: unknown key '{dotted}'{hint}")
+            raise ConfigError(f"{_named(source, dotted)}: unknown key '{dotted}'{hint}")
         field = fields.get(key)
         sub = field.annotation if field is not None else None
         if isinstance(sub, type) and issubclass(sub, BaseModel):
             if not isinstance(value, Mapping):
                 raise ConfigError(f"{source}: '{dotted}' must be a table of settings, got {value!r}")
             _check_keys(value, sub, source, f"{dotted}.")
+
+
+def _named(source: str, dotted: str) -> str:
+    """The environment layer as the variable the user set; other layers as they are."""
+    if source.startswith("environment") and "." in dotted:
+        return f"environment variable {ENV_PREFIX}{dotted.replace('.', '__').upper()}"
+    return source
 
 
 def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
@@ -168,8 +178,42 @@ def resolve_config(
         return SpecqConfig.model_validate(merged)
     except ValidationError as e:
         err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(f"{where}: {err['msg']} (got {err.get('input')!r})") from None
+        loc = [str(p) for p in err["loc"]]
+        raise ConfigError(_validation_message(loc, err["msg"], err.get("input"), layers)) from None
+
+
+def _validation_message(
+    loc: list[str], msg: str, value: Any, layers: list[tuple[str, dict[str, Any]]]
+) -> str:
+    """`section.key: what is wrong (got VALUE, from SOURCE)` in specq's words: no pydantic prefixes, the
+    value once and short, and the layer that set it (an environment variable by its name)."""
+    where = ".".join(loc)
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix) :]
+    got = repr(value)
+    if len(got) > 60:
+        got = got[:57] + "..."
+    parts = [] if got in msg or value is None else [f"got {got}"]
+    source = _source_of(loc, layers)
+    if source:
+        parts.append(f"from {source}")
+    return f"{where}: {msg}" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _source_of(loc: list[str], layers: list[tuple[str, dict[str, Any]]]) -> str | None:
+    """The highest layer that set `loc` (section, key); None when only the packaged preset did."""
+    if len(loc) < 2:
+        return None
+    for source, layer in reversed(layers):
+        section = layer.get(loc[0])
+        if isinstance(section, Mapping) and loc[1] in section:
+            if source.startswith("environment"):
+                return f"environment variable {ENV_PREFIX}{loc[0].upper()}__{loc[1].upper()}"
+            if source.startswith("preset default"):
+                return None
+            return "the command line" if source == "command-line flags" else source
+    return None
 
 
 def config_to_toml(cfg: SpecqConfig, sections: tuple[str, ...] | None = None) -> str:

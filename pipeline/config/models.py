@@ -137,6 +137,17 @@ def parse_int_list(value: object) -> object:
     return sorted(set(out))
 
 
+def int_ranges(values: list[int]) -> str:
+    """[3, 4, 5, 9] → '3..5,9': a list of integers as the ranges a user would type."""
+    runs: list[list[int]] = []
+    for v in sorted(set(values)):
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ",".join(str(a) if a == b else f"{a}..{b}" for a, b in runs)
+
+
 def parse_fraction(value: object) -> object:
     """`5%` → 0.05; `0.05` → 0.05."""
     if isinstance(value, str):
@@ -208,14 +219,14 @@ class BenchSection(Section):
     def _ks(cls, v: list[int]) -> list[int]:
         bad = [k for k in v if not 0 <= k <= 15]
         if bad:
-            raise ValueError(f"draft token counts must be in 0..15, got {bad}")
+            raise ValueError(f"draft token counts must be in 0..15, not {int_ranges(bad)}")
         return v
 
     @field_validator("concurrency")
     @classmethod
     def _conc(cls, v: list[int]) -> list[int]:
         if not v or any(c < 1 for c in v):
-            raise ValueError(f"concurrency values must be >= 1, got {v}")
+            raise ValueError(f"concurrency values must be >= 1, not {int_ranges(v)}")
         return v
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specq.pipeline.checkpoint import Checkpoint
-from specq.pipeline.errors import EnvironmentMissing, UsageError
+from specq.pipeline.checkpoint import Checkpoint, validate_checkpoint
+from specq.pipeline.errors import EnvironmentMissing, SpecqError, UsageError
 from specq.pipeline.fsutil import atomic_write_text
 from specq.pipeline.hardware import lmdeploy_version, module_present
 
@@ -80,7 +80,11 @@ def check_readiness(
             f"{target.path} is a {target.draft_kind} drafter;"
             " pass the target as MODEL and this as --draft-model"
         )
+    # Ready means complete first: a damaged checkpoint gets no verdicts and no manifest.
+    validate_checkpoint(target, role="target")
     draft_ckpt = Checkpoint(draft_model) if draft_model else None
+    if draft_ckpt is not None:
+        validate_checkpoint(draft_ckpt, tokenizer=False, role="drafter")
     draft = draft_report(target, draft_ckpt, draft_tokens)
     verdicts = [turbomind_verdict(target), pytorch_engine_verdict(target), embedded_verdict(target)]
     notes: list[str] = []
@@ -115,8 +119,8 @@ def check_readiness(
         try:
             atomic_write_text(path, json.dumps(manifest(report), indent=2) + "\n")
             report.manifest = str(path)
-        except OSError as e:
-            report.notes.append(f"could not write {path}: {e.strerror}")
+        except (OSError, SpecqError) as e:  # a read-only model directory: the verdicts still stand
+            report.notes.append(f"could not write {path}: {getattr(e, 'strerror', None) or e}")
     return report
 
 

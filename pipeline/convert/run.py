@@ -8,8 +8,10 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from specq.pipeline.checkpoint import Checkpoint
 from specq.pipeline.config.models import ConvertSection
 from specq.pipeline.errors import UsageError
+from specq.pipeline.fsutil import check_writable
 from specq.pipeline.progress import Progress, null_progress
 
 from .cast import CastResult, cast_drafter
@@ -42,6 +44,7 @@ def run_convert(
         raise UsageError("--to and --dtype do different jobs (repack a target, cast a drafter): give one")
     if cfg.to == "awq":
         out = Path(cfg.out) if cfg.out else sibling(model, "awq")
+        check_writable(out, need_bytes=Checkpoint(model).file_bytes // 2)
         progress(f"repacking GPTQ {model} as AWQ gemm into {out}")
         rep = repack_gptq_to_awq(model, out, progress=progress)
         report = check_readiness(out, draft_model, draft_tokens, engine_check=cfg.engine_check)
@@ -50,6 +53,7 @@ def run_convert(
         if draft_model:
             raise UsageError("--dtype casts MODEL itself; run it on the drafter without --draft-model")
         out = Path(cfg.out) if cfg.out else sibling(model, "fp16" if cfg.dtype == "float16" else "bf16")
+        check_writable(out, need_bytes=Checkpoint(model).file_bytes // 2)
         progress(f"casting {model} to {cfg.dtype} into {out}")
         return ConvertResult(action="cast", cast=cast_drafter(model, out, cfg.dtype, progress=progress))
     if cfg.out:

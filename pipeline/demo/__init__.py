@@ -14,7 +14,8 @@ from pydantic import BaseModel, Field
 
 from ..config import SpecqConfig, resolve_config
 from ..config.models import QuantizeSection
-from ..errors import InputError
+from ..errors import InputError, os_error
+from ..fsutil import check_writable
 from ..progress import Progress, null_progress
 
 STAGES = ("toy pair", "quantize", "convert", "serve + bench")
@@ -59,7 +60,11 @@ def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise InputError(f"{out} is not empty; choose another --out or remove it")
-    out.mkdir(parents=True, exist_ok=True)
+    check_writable(out / "x")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise (os_error(exc, out, fix="choose another --out") or exc) from None
     t_start = time.perf_counter()
     stage_seconds: dict[str, float] = {}
     clock = [time.perf_counter()]

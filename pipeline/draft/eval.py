@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import Checkpoint
+from ..checkpoint import Checkpoint, validate_checkpoint
 from ..errors import InputError
 from ..progress import Progress, null_progress
 from ..speedup import StepCost, best_k, expected_tokens_per_step, predict_speedup
@@ -219,6 +219,8 @@ def _evaluate(
     t0 = time.perf_counter()
     draft, target_ckpt = Checkpoint(draft_path), Checkpoint(target_path)
     checked = contract.validate_drafter(draft, target_ckpt)
+    validate_checkpoint(draft, role="drafter")
+    validate_checkpoint(target_ckpt, role="target")
     device = pick_device(cfg.device)
     target = Target(target_path, device, progress)
     drafter, c = load_drafter(draft, device)

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import Checkpoint
+from ..checkpoint import Checkpoint, validate_checkpoint
 from ..config.models import DraftSection
 from ..errors import EnvironmentMissing, InputError, missing_package
-from ..fsutil import atomic_dir
+from ..fsutil import atomic_dir, check_writable
 from ..hardware import package_version
 from ..progress import Progress, null_progress
 from . import contract, export
@@ -37,6 +37,13 @@ def pick_device(requested: str) -> str:
 def check_target(target: Checkpoint, cfg: DraftSection) -> list[int]:
     """Refuse what cannot work before any heavy work; return the target layers the drafter will read."""
     tc = target.text_config
+    family = str(tc.get("model_type") or target.config.get("model_type") or "")
+    if not family.startswith("qwen3"):
+        arch = (target.architectures or [family or "unknown"])[0]
+        raise InputError(
+            f"{target.path}: a {arch} target (model_type {family or 'unset'}); DFlash drafters are for"
+            " Qwen3-family targets (LMDeploy's qwen3_dflash), pass a Qwen3 target"
+        )
     for f in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"):
         if not isinstance(tc.get(f), int):
             raise InputError(f"{target.path}: config.json lacks '{f}'; a Qwen3-family target is needed")
@@ -96,6 +103,8 @@ def _train(target_path: Path, out: Path, cfg: DraftSection, progress: Progress) 
     layer_ids = check_target(target_ckpt, cfg)
     if out.exists():
         raise InputError(f"{out} already exists; choose another --out or remove it")
+    validate_checkpoint(target_ckpt, role="target")
+    check_writable(out)
     device = pick_device(cfg.device)
     dtype = export.resolve_dtype(cfg.dtype, target_ckpt)
     try:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..checkpoint import DTYPE_BYTES, Checkpoint
+from ..checkpoint import DTYPE_BYTES, Checkpoint, validate_checkpoint
 from ..config.models import SpecqConfig
 from ..errors import ConfigError, EnvironmentMissing, InputError
 from .shapes import ModelShape, estimate_weights, shape_from_config
@@ -662,8 +662,13 @@ def plan_for_config(cfg: SpecqConfig, *, gpu_memory_bytes: int | None = None) ->
     """`plan_memory` for the model and draft paths in `cfg.model`."""
     if not cfg.model.model_path:
         raise InputError("no model to plan: pass MODEL or set model.model_path")
-    target = Checkpoint(cfg.model.model_path)
+    # a config-only directory plans from config.json alone (no download needed)
+    target = validate_checkpoint(
+        Checkpoint(cfg.model.model_path), tokenizer=False, weights=False, role="target"
+    )
     draft = Checkpoint(cfg.model.draft_model_path) if cfg.model.draft_model_path else None
+    if draft is not None:
+        validate_checkpoint(draft, tokenizer=False, weights=False, role="drafter")
     return plan_memory(target, draft, cfg, gpu_memory_bytes=gpu_memory_bytes)
 
 

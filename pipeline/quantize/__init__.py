@@ -16,11 +16,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..calibration import CalibrationReport
-from ..checkpoint import Checkpoint
+from ..checkpoint import Checkpoint, validate_checkpoint
 from ..config import SpecqConfig, config_to_toml
 from ..config.models import QuantizeSection
 from ..errors import EnvironmentMissing, InputError, UsageError
-from ..fsutil import atomic_dir, atomic_write_text
+from ..fsutil import atomic_dir, atomic_write_text, check_writable
 from ..hardware import cuda_usable, package_version
 from ..progress import Progress, null_progress
 from .backends import BACKENDS, REFUSED, Backend, Job, resolve_backend
@@ -173,6 +173,8 @@ def quantize(
         progress(f"warning: {w}")
     if out.exists():
         raise InputError(f"{out} already exists; choose another --out or remove it")
+    validate_checkpoint(ckpt, role="model")
+    check_writable(out, need_bytes=ckpt.file_bytes // 4)  # 4-bit weights at least; before calibration
     device = resolve_device(cfg.device)
     from ..calibration import Calibration, load_calibration, load_tokenizer
 

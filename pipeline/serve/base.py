@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from ..config.models import SpecqConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, InputError
 from ..progress import Progress, null_progress
 from .engine import Engine
 from .process import ManagedProcess, check_port_free
@@ -36,12 +36,25 @@ def read_api_keys(cfg: SpecqConfig) -> list[str]:
     return keys
 
 
+LOOPBACK = ("", "localhost", "127.0.0.1", "::1")
+
+
+def warn_if_exposed(host: str | None, api_keys: list[str], progress: Progress) -> None:
+    """A server reachable beyond this machine with no API key serves anyone who can reach it: say so."""
+    if (host or "") in LOOPBACK or host is None or host.startswith("127.") or api_keys:
+        return
+    progress(
+        f"warning: --host {host} listens beyond this machine and no API key is set: anyone who can reach"
+        " it can use it; pass --api-keys-env VAR or --api-keys-file FILE, or bind 127.0.0.1"
+    )
+
+
 class ProcessEngine(Engine):
     """An Engine whose server is one supervised child process."""
 
     log_name = "server.log"
-    #: stop the server when this process dies, even by SIGKILL (foreground `specq serve`; Linux)
-    die_with_parent = False
+    #: stop the server when this process dies, even by SIGKILL (Linux); only `serve --detach` turns it off
+    die_with_parent = True
 
     def __init__(
         self, spec: ServeSpec, cfg: SpecqConfig, run_dir: Path, progress: Progress = null_progress
@@ -51,6 +64,7 @@ class ProcessEngine(Engine):
         self.run_dir = Path(run_dir)
         self.progress = progress
         self.api_keys = read_api_keys(cfg)
+        warn_if_exposed(spec.host, self.api_keys, progress)
         self._proc: ManagedProcess | None = None
 
     # -- what subclasses provide ------------------------------------------------------------------------
@@ -100,6 +114,7 @@ class ProcessEngine(Engine):
         self.preflight()
         if self.spec.port_given:
             check_port_free(self.spec.host or "127.0.0.1", self.spec.port)
+        require_weights(self.spec.target.path, self.spec.draft_path)
         self.prepare()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._proc = ManagedProcess(
@@ -136,3 +151,14 @@ class ProcessEngine(Engine):
             self.stop()
             raise
         return self
+
+
+def require_weights(target: Path, draft: Path | None) -> None:
+    """A launch needs weights: a config-only directory (fine for `--dry-run` and `specq plan`) is exit 2."""
+    from ..checkpoint import Checkpoint
+
+    for role, path in (("target", target), ("drafter", draft)):
+        if path is not None and not Checkpoint(path).has_weights:
+            raise InputError(
+                f"{role} {path}: no .safetensors weights to serve; pass a complete model directory"
+            )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
+import functools
 import os
 import signal
 import socket
@@ -55,16 +56,19 @@ def check_port_free(host: str, port: int) -> None:
             raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
-def _parent_death_signal() -> None:
-    """In the child, before exec (Linux): get SIGTERM when specq dies, even by SIGKILL, so that even a
-    killed foreground `specq serve` leaves no server behind."""
+def _parent_death_signal(parent: int) -> None:
+    """In the child, before exec (Linux): get SIGTERM when specq dies, even by SIGKILL or a timeout's
+    SIGKILL, so that no server outlives the specq that started it. If specq already died before this ran,
+    the signal would never come: exit instead."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the atexit hook still covers normal exits
-        pass
+    except (OSError, AttributeError):  # not Linux: the atexit hook and signal handlers still cover it
+        return
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def tail(path: Path, lines: int = 20) -> str:
@@ -112,6 +116,7 @@ class ManagedProcess:
         if self.popen is not None:
             return
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        parent = os.getpid()
         with open(self.log_path, "ab") as log:
             self.popen = subprocess.Popen(
                 self.argv,
@@ -120,7 +125,7 @@ class ManagedProcess:
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 start_new_session=True,  # own process group: Ctrl-C in the terminal reaches only specq
-                preexec_fn=_parent_death_signal if self.die_with_parent else None,
+                preexec_fn=functools.partial(_parent_death_signal, parent) if self.die_with_parent else None,
             )
         _LIVE.add(self)
 

@@ -132,7 +132,6 @@ def serve_foreground(
     """Start the server, report it ready, and serve until Ctrl-C/SIGTERM (then stop it and return). A server
     that dies on its own raises ProcessFailed (exit 5) with its log's tail."""
     engine = _engine(cfg, run_dir, progress)
-    engine.die_with_parent = True
     with _sigterm_as_interrupt():
         try:
             engine.start()
@@ -163,6 +162,7 @@ def serve_detached(
 ) -> ServeInfo:
     """Start the server, wait until it answers, record it in the state directory and leave it running."""
     engine = _engine(cfg, run_dir, progress)
+    engine.die_with_parent = False  # it is meant to outlive specq
     with _sigterm_as_interrupt():
         try:
             engine.start()

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from .. import hardware
-from ..checkpoint import Checkpoint
+from ..checkpoint import Checkpoint, validate_checkpoint
 from ..config.models import SpecqConfig
 from ..errors import UsageError
 from ..progress import Progress, null_progress
@@ -106,9 +106,12 @@ def resolve_spec(cfg: SpecqConfig, progress: Progress = null_progress) -> ServeS
     """Everything `specq serve` will launch, checked. Raises UsageError (exit 2) for what the user passed."""
     if not cfg.model.model_path:
         raise UsageError("no model to serve: pass MODEL or set model.model_path in the config")
-    target = Checkpoint(cfg.model.model_path)
+    # weights present are checked here (dry run included); a config-only directory is refused at launch
+    target = validate_checkpoint(Checkpoint(cfg.model.model_path), weights=False, role="target")
     k = cfg.model.num_draft_tokens
     draft = Checkpoint(cfg.model.draft_model_path) if cfg.model.draft_model_path and k > 0 else None
+    if draft is not None:
+        validate_checkpoint(draft, tokenizer=False, weights=False, role="drafter")
     if cfg.model.draft_model_path and k == 0:
         progress(
             "draft tokens = 0: serving without speculation (the baseline); the draft model is not loaded"

@@ -39,6 +39,7 @@ def build_app(
     max_queue: int = 64,
     default_max_tokens: int = 256,
     api_keys: list[str] | None = None,
+    max_positions: int | None = None,
 ) -> FastAPI:
     app = FastAPI(title="specq embedded engine", docs_url=None, redoc_url=None, openapi_url=None)
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
@@ -101,7 +102,10 @@ def build_app(
             raise _Rejected(400, "request body must be a JSON object")
         return body
 
+    positions = max_positions if max_positions is not None else _model_positions(generator)
+
     async def run(req: GenerationRequest, chat: bool, body: dict[str, Any]) -> Response:
+        check_context(req, positions, "messages" if chat else "prompt")
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         obj = "chat.completion" if chat else "text_completion"
         loop = asyncio.get_running_loop()
@@ -247,6 +251,26 @@ def build_app(
         return await run(parse(body, generator.encode_chat(messages)), chat=True, body=body)
 
     return app
+
+
+def check_context(req: GenerationRequest, positions: int | None, field: str) -> None:
+    """HTTP 400 before any work when prompt + max_tokens exceed the model's positions (OpenAI's wording)."""
+    if positions is None:
+        return
+    total = len(req.prompt_ids) + req.max_new_tokens
+    if total > positions:
+        raise _Rejected(
+            400,
+            f"This model's maximum context length is {positions} tokens. However, you requested {total} "
+            f"tokens ({len(req.prompt_ids)} in the {field}, {req.max_new_tokens} in the completion). "
+            f"Please reduce the length of the {field} or completion.",
+        )
+
+
+def _model_positions(generator: Generator) -> int | None:
+    config = getattr(getattr(generator, "model", None), "config", None)
+    value = getattr(config, "max_position_embeddings", None)
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def _check_model(body: dict[str, Any], model_name: str) -> None:

@@ -109,6 +109,8 @@ def make_ckpt(tmp_path: Path) -> Callable[..., Path]:
                     dt = {np.dtype(np.int32): "I32", np.dtype(np.float16): "F16", np.dtype(np.int64): "I64"}
                     items.append((f"{p}.{suffix}", dt[arr.dtype], arr))
         write_tensors(d / "model.safetensors", items, {"format": "pt"})
+        # a tokenizer that parses: readiness requires one (checkpoint_problems)
+        (d / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "WordLevel"}}))
         cfg = qwen3_config(**(config or {}))
         if kind == "gptq":
             q = {"quant_method": "gptq", "bits": 4, "group_size": group, "sym": True, "desc_act": False,

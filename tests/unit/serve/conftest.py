@@ -53,17 +53,20 @@ VOCAB = {f"t{i}": i for i in range(16)}
 
 def quantized_tensors(method: str) -> dict[str, tuple[str, list[int]]]:
     """Headers of one 4-bit, group-128 linear layer (256 → 256) in the GPTQ or AWQ layout."""
-    p = "model.layers.0.self_attn.q_proj."
-    if method == "gptq":
-        layer = {p + "qweight": ("I32", [32, 256]), p + "qzeros": ("I32", [2, 32]),
-                 p + "scales": ("F16", [2, 256]), p + "g_idx": ("I32", [256])}  # fmt: skip
-    else:
-        layer = {
-            p + "qweight": ("I32", [256, 32]),
-            p + "qzeros": ("I32", [2, 32]),
-            p + "scales": ("F16", [2, 256]),
-        }
-    return {"model.embed_tokens.weight": ("F16", [1024, 256]), **layer}
+    layers: dict[str, tuple[str, list[int]]] = {}
+    for i in range(QWEN3["num_hidden_layers"]):  # every layer: a checkpoint missing one is refused
+        p = f"model.layers.{i}.self_attn.q_proj."
+        if method == "gptq":
+            layers |= {p + "qweight": ("I32", [32, 256]), p + "qzeros": ("I32", [2, 32]),
+                       p + "scales": ("F16", [2, 256]), p + "g_idx": ("I32", [256])}  # fmt: skip
+        else:
+            layers |= {
+                p + "qweight": ("I32", [256, 32]),
+                p + "qzeros": ("I32", [2, 32]),
+                p + "scales": ("F16", [2, 256]),
+            }
+    head = {"model.norm.weight": ("F16", [256]), "lm_head.weight": ("F16", [1024, 256])}
+    return {"model.embed_tokens.weight": ("F16", [1024, 256]), **layers, **head}
 
 
 @pytest.fixture
@@ -81,12 +84,20 @@ def ckpts(tmp_path: Path) -> dict[str, Path]:
         "awq": write_ckpt(
             tmp_path / "awq",
             {**QWEN3, "quantization_config": awq_q, "torch_dtype": "float16"},
+            VOCAB,
             tensors=quantized_tensors("awq"),
         ),
         "gptq": write_ckpt(
-            tmp_path / "gptq", {**QWEN3, "quantization_config": gptq_q}, tensors=quantized_tensors("gptq")
+            tmp_path / "gptq",
+            {**QWEN3, "quantization_config": gptq_q},
+            VOCAB,
+            tensors=quantized_tensors("gptq"),
         ),
-        "dflash": write_ckpt(tmp_path / "dflash", dflash, tensors={"fc.weight": ("BF16", [256, 256])}),
+        "dflash": write_ckpt(
+            tmp_path / "dflash",
+            dflash,
+            tensors={"fc.weight": ("BF16", [256, 256]), "layers.0.mlp.up_proj.weight": ("BF16", [512, 256])},
+        ),
         "eagle3": write_ckpt(
             tmp_path / "eagle3",
             {
