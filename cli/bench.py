@@ -21,7 +21,10 @@ def bench(
     method: Annotated[
         str | None, Opt("--method", help="Speculative method (default: from the draft).")
     ] = None,
-    draft_tokens: Annotated[str | None, Opt("--draft-tokens", help="k values: 3..6, 3,4,6 or 4.")] = None,
+    draft_tokens: Annotated[
+        str | None,
+        Opt("--draft-tokens", help="k values: 3..6, 3,4,6 or 4 (default: 3..6; DFlash: to block-1)."),
+    ] = None,
     baseline_engine: Annotated[
         str | None, Opt("--baseline-engine", help="same | turbomind | pytorch | embedded (comma list).")
     ] = None,
@@ -37,7 +40,21 @@ def bench(
     requests: Annotated[int | None, Opt("--requests", help="Requests per run.")] = None,
     max_tokens: Annotated[int | None, Opt("--max-tokens", help="Output tokens per request.")] = None,
     concurrency: Annotated[str | None, Opt("--concurrency", help="In-flight requests, e.g. 1,4,8.")] = None,
-    warmup: Annotated[int | None, Opt("--warmup", help="Unmeasured requests before each run.")] = None,
+    warmup: Annotated[
+        str | None, Opt("--warmup", help="Prompts per warm-up pass: N, all (default) or 0 (off).")
+    ] = None,
+    warmup_passes: Annotated[
+        int | None, Opt("--warmup-passes", help="At most N passes to reach steady state (default 5).")
+    ] = None,
+    warmup_tolerance: Annotated[
+        str | None, Opt("--warmup-tolerance", help="Steady: two passes agree within, e.g. 5%.")
+    ] = None,
+    trials: Annotated[
+        int | None, Opt("--trials", help="Measured trials per run (default 3; 1 with --url).")
+    ] = None,
+    consistency_tolerance: Annotated[
+        str | None, Opt("--consistency-tolerance", help="Flag client vs server beyond, e.g. 10%.")
+    ] = None,
     repeats: Annotated[int | None, Opt("--repeats", help="Times each prompt is sent.")] = None,
     temperature: Annotated[float | None, Opt("--temperature")] = None,
     seed: Annotated[int | None, Opt("--seed")] = None,
@@ -60,8 +77,10 @@ def bench(
     json_: JsonOpt = False,
 ) -> None:
     """Benchmark tokens/s, per-token latency, acceptance (from /metrics), NVML telemetry and the best
-    draft-token count; a sweep restarts the server for every k next to a k = 0 baseline. Writes
-    report.json, runs.csv, summary.md and plots to --out. Gates exit 3.
+    draft-token count; a sweep restarts the server for every k next to a k = 0 baseline. Every run warms
+    up to steady state, is measured in --trials trials (median and spread) and checked against the
+    server's own counters. Writes report.json, runs.csv, summary.md and plots to --out. Gates exit 3 (on
+    the conservative end of the trials); a run that measured nothing exits 5.
 
     Example: specq bench ./target --draft-model ./draft --draft-tokens 3..6 --min-speedup 1.2
     """
@@ -78,7 +97,9 @@ def bench(
             url=url, served_model_name=served_model, draft_tokens=draft_tokens,
             baseline_engine=baseline_engine,
             suite=suite, prompts=prompts, dataset=dataset, field=field, mode=mode, requests=requests,
-            max_tokens=max_tokens, concurrency=concurrency, warmup=warmup, repeats=repeats,
+            max_tokens=max_tokens, concurrency=concurrency, warmup=warmup, warmup_passes=warmup_passes,
+            warmup_tolerance=warmup_tolerance, trials=trials, consistency_tolerance=consistency_tolerance,
+            repeats=repeats,
             temperature=temperature, seed=seed, ignore_eos=ignore_eos, tokenizer=tokenizer,
             request_timeout_s=timeout, max_error_rate=max_error_rate, gpu_bandwidth_gbps=gpu_bandwidth,
             out=out_dir, min_speedup=min_speedup, baseline_report=baseline_report,

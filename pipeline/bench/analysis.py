@@ -1,6 +1,7 @@
 """What the benchmark computes from its records: per-run aggregates (mean/p50/p90/p99 of TTFT, latency,
-per-token ITL, TPOT, tokens/s), the roofline fraction of AR runs, the lossless check of speculative runs
-against the baseline, speedups, and the best-k prediction through the shared speedup model
+per-token ITL, TPOT, tokens/s), the self-consistency of client and server figures, the median and spread
+over trials, the roofline fraction of AR runs, the lossless check of speculative runs against the baseline,
+speedups and the step cost, and the best-k prediction through the shared speedup model
 (`specq.pipeline.speedup`)."""
 
 from __future__ import annotations
@@ -9,7 +10,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..checkpoint import Checkpoint
-from ..report.models import BestK, Lossless, RequestRecord, Roofline, Run, RunAggregate, Stats
+from ..report.models import (
+    BenchReport,
+    BestK,
+    Consistency,
+    Headline,
+    Lossless,
+    RequestRecord,
+    Roofline,
+    Run,
+    RunAggregate,
+    ServerCheck,
+    Spread,
+    Stats,
+)
 from ..speedup import StepCost, best_k, expected_tokens_per_step, predict_speedup
 from .client import TokenCounter, per_token_latencies
 
@@ -67,6 +81,153 @@ def client_decode_rate(records: Sequence[RequestRecord]) -> float | None:
     return toks / time_s if time_s > 0 else None
 
 
+def _median(values: Sequence[float]) -> float | None:
+    import statistics
+
+    return float(statistics.median(values)) if values else None
+
+
+def _rel(a: float | None, b: float | None) -> float | None:
+    return (a - b) / b if a is not None and b else None
+
+
+def consistency(
+    records: Sequence[RequestRecord],
+    wall_s: float,
+    server: ServerCheck | None,
+    tolerance: float,
+    ttft_ref_s: float | None = None,
+) -> Consistency | None:
+    """The client's figures against the server's counters over the same requests. Three checks, each a
+    relative difference against `tolerance`: output tokens (client usage vs the server's generation
+    counter), decode rate (Σ tokens / Σ (e2e − TTFT) vs generation tokens / Σ decode time), and output rate
+    (client tokens / wall vs what the server's decode rate implies: every request taking `ttft_ref_s` —
+    the run's median TTFT — plus its tokens at the server's decode rate, at the run's own overlap
+    Σ e2e / wall). None when the server exports neither counter."""
+    if server is None or (server.generation_tokens is None and server.server_decode_tokens_per_s is None):
+        return None
+    ok = [r for r in records if r.ok and r.e2e_s]
+    c = Consistency(tolerance=tolerance)
+    c.client_output_tokens = sum(r.output_tokens or 0 for r in ok)
+    c.server_generation_tokens = server.generation_tokens
+    c.tokens_rel_diff = _rel(float(c.client_output_tokens), server.generation_tokens)
+    c.client_decode_tokens_per_s = client_decode_rate(ok)
+    c.server_decode_tokens_per_s = server.server_decode_tokens_per_s
+    c.decode_rel_diff = _rel(c.client_decode_tokens_per_s, c.server_decode_tokens_per_s)
+    if ok and wall_s > 0:
+        c.client_output_tokens_per_s = c.client_output_tokens / wall_s
+        rate = c.server_decode_tokens_per_s
+        ttft = ttft_ref_s
+        if ttft is None:
+            ttft = _median([r.ttft_s for r in ok if r.ttft_s is not None])
+        if rate and ttft is not None:
+            implied_e2e = sum(ttft + (r.output_tokens or 0) / rate for r in ok)
+            actual_e2e = sum(r.e2e_s or 0.0 for r in ok)
+            if implied_e2e > 0:
+                c.implied_output_tokens_per_s = c.client_output_tokens_per_s * actual_e2e / implied_e2e
+                c.output_rel_diff = _rel(c.client_output_tokens_per_s, c.implied_output_tokens_per_s)
+    checks = [
+        ("output tokens", c.tokens_rel_diff, "client", "server's generation counter"),
+        ("decode rate", c.decode_rel_diff, "client", "server's"),
+        ("output rate", c.output_rel_diff, "client", "rate the server's decode rate implies"),
+    ]
+    done = [x for x in checks if x[1] is not None]
+    if not done:
+        return c
+    for name, diff, who, other in done:
+        assert diff is not None
+        if abs(diff) > tolerance:
+            c.problems.append(f"{who} {name} {abs(diff):.0%} {'above' if diff > 0 else 'below'} the {other}")
+    c.consistent = not c.problems
+    return c
+
+
+def spread(values: Sequence[float], used: Sequence[float]) -> Spread:
+    """Median and range of `used` (the steady trials' figures) out of `values` (all trials')."""
+    if not used:
+        return Spread(n=len(values))
+    med = _median(used)
+    lo, hi = min(used), max(used)
+    return Spread(
+        n=len(values), used=len(used), median=med, min=lo, max=hi,
+        rel_spread=(hi - lo) / med if med else None,
+    )  # fmt: skip
+
+
+def used_rates(run: Run) -> list[float]:
+    """The trial rates behind a run's headline tok/s: its steady trials', else all of them."""
+    rates = [t.output_tokens_per_s for t in run.trials if t.output_tokens_per_s is not None]
+    steady = [t.output_tokens_per_s for t in run.trials if t.steady and t.output_tokens_per_s is not None]
+    if steady or rates:
+        return steady or rates
+    return [run.aggregate.output_tokens_per_s] if run.aggregate.output_tokens_per_s else []
+
+
+def speedup_range(base: Run, run: Run) -> tuple[float | None, float | None]:
+    """(lowest, highest) speedup the trials allow: the run's slowest trial over the baseline's fastest, and
+    its fastest over the baseline's slowest. The low end is what the gates use."""
+    rb, rr = used_rates(base), used_rates(run)
+    if not rb or not rr or min(rb) <= 0:
+        return None, None
+    return min(rr) / max(rb), max(rr) / min(rb)
+
+
+def headline(report: BenchReport) -> Headline | None:
+    """The best speculative run (highest median speedup) with its range, its trials, its decode-rate speedup
+    and step cost, and every reason not to trust it: its own flags and its baseline's."""
+    spec = [r for r in report.runs if not r.baseline and r.status == "ok" and r.speedup is not None]
+    if not spec:
+        return None
+    best = max(spec, key=lambda r: r.speedup or 0.0)
+    assert best.speedup is not None
+    base = next(
+        (r for r in report.runs if r.label == best.baseline_label and r.concurrency == best.concurrency), None
+    )
+    warnings = [f"{best.key} {f}" for f in best.flags]
+    if base is not None:
+        warnings += [f"{base.key} {f}" for f in base.flags]
+    steady = sum(1 for t in best.trials if t.steady)
+    h = Headline(
+        run=best.key, speedup=best.speedup, speedup_low=best.speedup_low, speedup_high=best.speedup_high,
+        trials=max(len(best.trials), 1), steady_trials=steady if best.trials else 1,
+        decode_speedup=best.decode_speedup, step_cost_ratio=best.step_cost_ratio,
+        reliable=not warnings, warnings=warnings,
+    )  # fmt: skip
+    text = f"headline: {best.key} {best.speedup:.2f}x over {best.baseline_label}"
+    if h.trials > 1:
+        text += f" (median of {h.steady_trials}/{h.trials} steady trials"
+        if best.speedup_low is not None and best.speedup_high is not None:
+            text += f", range {best.speedup_low:.2f}-{best.speedup_high:.2f}x"
+        text += ")"
+    if best.decode_speedup is not None:
+        text += f"; decode-rate speedup {best.decode_speedup:.2f}x"
+    if best.step_cost_ratio is not None:
+        text += f", a speculative step costs {best.step_cost_ratio:.2f} plain steps"
+    if warnings:
+        text += " — NOT RELIABLE: " + "; ".join(warnings)
+    h.text = text
+    return h
+
+
+def step_cost(base: Run, run: Run) -> None:
+    """The measured cost of one speculative step in plain steps: τ over the decode-rate speedup, i.e.
+    (spec step time) / (plain step time). The decode rates are the server's when both runs have one, else
+    the client's (Σ tokens / Σ (e2e − TTFT))."""
+    sb, sr = base.server, run.server
+    if sb and sr and sb.server_decode_tokens_per_s and sr.server_decode_tokens_per_s:
+        run.decode_speedup = sr.server_decode_tokens_per_s / sb.server_decode_tokens_per_s
+        run.step_cost_source = "server"
+    else:
+        cb, cr = client_decode_rate(base.requests), client_decode_rate(run.requests)
+        if not cb or not cr:
+            return
+        run.decode_speedup = cr / cb
+        run.step_cost_source = "client"
+    tau = run.acceptance.acceptance_length if run.acceptance else None
+    if tau and run.decode_speedup:
+        run.step_cost_ratio = tau / run.decode_speedup
+
+
 # ----------------------------------------------------------------------------------------------- roofline
 
 
@@ -120,7 +281,10 @@ def _common_prefix(a: Sequence[object], b: Sequence[object]) -> int:
 
 def lossless(baseline: Run, run: Run, counter: TokenCounter | None = None) -> Lossless | None:
     """Compare outputs prompt by prompt (same id and repeat); token-level with a tokenizer, else chars."""
-    base = {(r.id, r.repeat): r.output_text for r in baseline.requests if r.ok}
+    base: dict[tuple[str, int], str] = {}
+    for r in baseline.requests:  # the first trial's output: every later one must equal it too
+        if r.ok:
+            base.setdefault((r.id, r.repeat), r.output_text)
     pairs = [
         (r.id, base[(r.id, r.repeat)], r.output_text)
         for r in run.requests
@@ -170,9 +334,30 @@ def _tpot(run: Run) -> float | None:
     return run.aggregate.tpot_s.mean
 
 
-def predict_best_k(baseline: Run, spec_runs: Sequence[Run]) -> BestK | None:
+def edge_note(measured: dict[int, float], k_limit: int | None) -> tuple[int | None, str | None]:
+    """(best measured k, a note when it is the smallest or largest k measured and the range could go on)."""
+    if not measured:
+        return None, None
+    best = max(measured, key=lambda k: measured[k])
+    ks = sorted(measured)
+    limit = k_limit if k_limit is not None else 15
+    if len(ks) > 1 and best == ks[-1] and best < limit:
+        return best, (
+            f"the best measured k={best} is the largest measured: a larger k may be faster "
+            f"(the method allows up to {limit}; try --draft-tokens {best}..{min(limit, best + 4)})"
+        )
+    if len(ks) > 1 and best == ks[0] and best > 1:
+        return best, (
+            f"the best measured k={best} is the smallest measured: a smaller k may be faster "
+            f"(try --draft-tokens {max(1, best - 2)}..{best})"
+        )
+    return best, None
+
+
+def predict_best_k(baseline: Run, spec_runs: Sequence[Run], k_limit: int | None = None) -> BestK | None:
     """From measured per-position acceptance and the measured cost of a draft+verify step relative to an AR
-    step (cost(k) = τ_k · TPOT_k / TPOT_AR), fit the shared StepCost and recommend k."""
+    step (cost(k) = τ_k · TPOT_k / TPOT_AR), fit the shared StepCost and recommend k. `k_limit`: the
+    largest k the method allows (DFlash: block_size − 1), for the note on the edge of the measured range."""
     runs = [
         r for r in spec_runs if r.status == "ok" and r.acceptance and r.acceptance.per_position and _tpot(r)
     ]
@@ -193,6 +378,7 @@ def predict_best_k(baseline: Run, spec_runs: Sequence[Run]) -> BestK | None:
     ks = sorted({r.draft_tokens for r in runs} | set(range(1, len(acc) + 1)))
     k, speed = best_k(acc, ks, cost)
     measured = {r.draft_tokens: r.speedup for r in runs}
+    best_measured, edge = edge_note({k: v for k, v in measured.items() if v is not None}, k_limit)
     rows = [
         {
             "k": kk,
@@ -209,4 +395,8 @@ def predict_best_k(baseline: Run, spec_runs: Sequence[Run]) -> BestK | None:
         step_cost_per_token=cost.per_token,
         acceptance_by_position=acc,
         rows=rows,
+        best_measured_k=best_measured,
+        k_range=sorted(measured),
+        k_limit=k_limit,
+        edge=edge,
     )

@@ -13,6 +13,9 @@ times every content chunk. Tokens, not chunks, are what latency is measured per:
 * Per-token ITL: a chunk's gap since the previous content chunk is spread evenly over its n tokens. Tokens
   that arrive with the first chunk have no gap to measure (they count in TPOT, not as ITL samples).
   TPOT = (last content chunk − first content chunk) / (output tokens − 1).
+* The clock starts when the request is sent: httpcore's `trace` extension reports the moment the request
+  headers start going out, after a connection was taken from the pool or opened. TTFT, chunk times and e2e
+  are measured from there; the time before it (waiting for or opening a connection) is `connect_s`.
 """
 
 from __future__ import annotations
@@ -216,6 +219,7 @@ class _Stream:
     texts: list[str] = field(default_factory=list)
     cumulative: list[int | None] = field(default_factory=list)
     stamps: list[float] = field(default_factory=list)
+    arrive: float | None = None
     usage_completion: int | None = None
     usage_prompt: int | None = None
     finish_reason: str | None = None
@@ -240,7 +244,7 @@ def _json_loads() -> Callable[[bytes], Any]:
 _loads = _json_loads()
 
 
-def _handle_event(s: _Stream, data: bytes, now: float, mode: Mode, t0: float) -> bool:
+def _handle_event(s: _Stream, data: bytes, now: float, mode: Mode) -> bool:
     """Fold one SSE `data:` payload into the stream; False at `[DONE]`."""
     if data == b"[DONE]":
         return False
@@ -258,22 +262,37 @@ def _handle_event(s: _Stream, data: bytes, now: float, mode: Mode, t0: float) ->
         if c.get("finish_reason"):
             s.finish_reason = c["finish_reason"]
     if text:
-        s.times.append(now - t0)
+        s.times.append(now)
         s.texts.append(text)
         s.cumulative.append(int(usage["completion_tokens"]) if usage else None)
         if "specq_t" in chunk:
-            s.stamps.append(float(chunk["specq_t"]) - t0)
+            s.stamps.append(float(chunk["specq_t"]))
+            s.arrive = float(chunk.get("specq_arrive", s.stamps[-1]))
     if usage:
         s.usage_completion = int(usage.get("completion_tokens", 0))
         s.usage_prompt = usage.get("prompt_tokens")
     return True
 
 
-async def _stream(client: Any, url: str, body: dict[str, Any], mode: Mode, t0: float) -> _Stream:
+@dataclass
+class SendClock:
+    """When the request's headers started going out (httpcore trace), on `time.perf_counter`'s clock."""
+
+    sent: float | None = None
+
+    async def trace(self, event: str, info: dict[str, Any]) -> None:
+        # http11.send_request_headers.started / http2.send_request_headers.started; a retried request
+        # (a stale pooled connection) is sent again, so the last send counts.
+        if event.endswith("send_request_headers.started"):
+            self.sent = time.perf_counter()
+
+
+async def _stream(client: Any, url: str, body: dict[str, Any], mode: Mode, clock: SendClock) -> _Stream:
     """Read the SSE body network read by network read: every event in one read gets that read's arrival
-    time (they did arrive together), and no per-line decoding is done before it is needed."""
+    time (they did arrive together), and no per-line decoding is done before it is needed. Times are
+    absolute (`time.perf_counter`); the caller makes them relative to the send."""
     s = _Stream()
-    async with client.stream("POST", url, json=body) as resp:
+    async with client.stream("POST", url, json=body, extensions={"trace": clock.trace}) as resp:
         if resp.status_code != 200:
             text = (await resp.aread()).decode("utf-8", "replace")
             raise RuntimeError(f"HTTP {resp.status_code}: {' '.join(text.split())[:200]}")
@@ -286,7 +305,7 @@ async def _stream(client: Any, url: str, body: dict[str, Any], mode: Mode, t0: f
                 if cut < 0:
                     break
                 line, buf = buf[:cut].rstrip(b"\r"), buf[cut + 1 :]
-                if line.startswith(b"data:") and not _handle_event(s, line[5:].strip(), now, mode, t0):
+                if line.startswith(b"data:") and not _handle_event(s, line[5:].strip(), now, mode):
                     return s
     return s
 
@@ -298,37 +317,49 @@ async def send_request(
     prompt: Prompt,
     *,
     repeat: int = 0,
+    trial: int = 0,
     run_t0: float = 0.0,
     counter: TokenCounter | None = None,
 ) -> RequestRecord:
     """One streamed request → its record (errors and timeouts are recorded, never raised)."""
     import httpx
 
-    t0 = time.perf_counter()
-    rec = RequestRecord(id=prompt.id, category=prompt.category, repeat=repeat, start_s=t0 - run_t0)
+    t_start = time.perf_counter()
+    clock = SendClock()
+    rec = RequestRecord(
+        id=prompt.id, category=prompt.category, repeat=repeat, trial=trial, start_s=t_start - run_t0
+    )
+
+    def since_send() -> float:
+        t0 = clock.sent if clock.sent is not None else t_start
+        rec.connect_s = t0 - t_start
+        return time.perf_counter() - t0
+
     try:
         s = await asyncio.wait_for(
-            _stream(client, base_url.rstrip("/") + spec.path, spec.payload(prompt), spec.mode, t0),
+            _stream(client, base_url.rstrip("/") + spec.path, spec.payload(prompt), spec.mode, clock),
             spec.timeout_s,
         )
     except (asyncio.TimeoutError, httpx.TimeoutException):
         rec.ok, rec.error = False, f"timeout after {spec.timeout_s:g} s"
-        rec.e2e_s = time.perf_counter() - t0
+        rec.e2e_s = since_send()
         return rec
     except httpx.HTTPError as e:
         rec.ok, rec.error = False, f"{type(e).__name__}: {e}".strip()[:300]
-        rec.e2e_s = time.perf_counter() - t0
+        rec.e2e_s = since_send()
         return rec
     except RuntimeError as e:
         rec.ok, rec.error = False, str(e)[:300]
-        rec.e2e_s = time.perf_counter() - t0
+        rec.e2e_s = since_send()
         return rec
-    rec.e2e_s = time.perf_counter() - t0
-    fill_record(rec, s.times, s.texts, s.cumulative, s.usage_completion, counter)
+    rec.e2e_s = since_send()
+    t0 = clock.sent if clock.sent is not None else t_start
+    fill_record(rec, [t - t0 for t in s.times], s.texts, s.cumulative, s.usage_completion, counter)
     rec.prompt_tokens = s.usage_prompt
     rec.finish_reason = s.finish_reason
     if s.stamps and len(s.stamps) == len(s.times):
-        rec.server_chunk_times = [round(t, 7) for t in s.stamps]
+        rec.server_chunk_times = [round(t - t0, 7) for t in s.stamps]
+        rec.server_arrival_s = round(s.arrive - t0, 7) if s.arrive is not None else None
     return rec
 
 
@@ -360,6 +391,7 @@ async def run_requests(
     *,
     concurrency: int,
     repeats: int = 1,
+    trial: int = 0,
     counter: TokenCounter | None = None,
     on_done: Callable[[RequestRecord], None] | None = None,
     sink: list[RequestRecord] | None = None,
@@ -373,6 +405,7 @@ async def run_requests(
         for p in prompts:
             queue.put_nowait((r, p))
     records: list[RequestRecord] = sink if sink is not None else []
+    own: list[RequestRecord] = []
     limits = httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=concurrency + 2)
     timeout = httpx.Timeout(spec.timeout_s, connect=min(spec.timeout_s, 30.0))
     t0 = time.perf_counter()
@@ -384,10 +417,13 @@ async def run_requests(
                     r, p = queue.get_nowait()
                 except asyncio.QueueEmpty:
                     return
-                rec = await send_request(client, base_url, spec, p, repeat=r, run_t0=t0, counter=counter)
+                rec = await send_request(
+                    client, base_url, spec, p, repeat=r, trial=trial, run_t0=t0, counter=counter
+                )
                 records.append(rec)
+                own.append(rec)
                 if on_done is not None:
                     on_done(rec)
 
         await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
-    return records, time.perf_counter() - t0
+    return own, time.perf_counter() - t0

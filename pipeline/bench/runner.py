@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..config.models import SpecqConfig
-from ..errors import SpecqError
+from ..errors import ProcessFailed, SpecqError
 from ..fsutil import check_writable
 from ..hardware import list_gpus, lmdeploy_version, package_version
 from ..progress import Progress, null_progress
@@ -29,18 +29,34 @@ from ..report.models import (
     HostInfo,
     RequestRecord,
     Run,
+    ServerCheck,
+    Trial,
+    Warmup,
     WorkloadInfo,
 )
 from ..serve.engine import Engine
-from .analysis import aggregate, client_decode_rate, lossless, predict_best_k, roofline
+from .analysis import (
+    aggregate,
+    client_decode_rate,
+    consistency,
+    headline,
+    lossless,
+    predict_best_k,
+    roofline,
+    speedup_range,
+    spread,
+    step_cost,
+)
 from .client import RequestSpec, TokenCounter, load_token_counter, run_requests
 from .limits import check_prompt_lengths
-from .metrics import acceptance, scrape, server_check, settled_scrape
+from .metrics import Scrape, acceptance, scrape, server_check, settled_scrape
 from .telemetry import TelemetrySampler
 from .workload import Workload, build_workload
 
 EngineFactory = Callable[[SpecqConfig, Path, Progress], Engine]
 CLIENT_DISAGREEMENT = 0.15  # tokens/chunk vs τ: flag beyond this relative difference
+DEFAULT_SWEEP_TRIALS = 3  # measured trials per run in a sweep (--trials); one with --url
+DEFAULT_DRAFT_TOKENS = [3, 4, 5, 6]
 
 
 def _now() -> str:
@@ -144,17 +160,51 @@ class RunContext:
             ignore_eos=b.ignore_eos, timeout_s=b.request_timeout_s,
         )  # fmt: skip
 
+    @property
+    def n_trials(self) -> int:
+        b = self.cfg.bench
+        return b.trials if b.trials is not None else (1 if b.url else DEFAULT_SWEEP_TRIALS)
+
+    def warm_up(self, spec: RequestSpec, base_url: str, concurrency: int, tag: str) -> Warmup | None:
+        """Warm up to steady state on the run's own prompts, lengths and concurrency: passes until two
+        consecutive passes' output tok/s agree within `warmup_tolerance`, at most `warmup_passes`. An engine
+        that compiles kernels on first use of a shape (LMDeploy's AWQ path) pays it here, not in the run."""
+        b = self.cfg.bench
+        prompts = self.workload.prompts
+        n = len(prompts) if b.warmup is None else b.warmup
+        if n == 0 or not prompts:
+            return None
+        batch = [prompts[i % len(prompts)] for i in range(n)]
+        w = Warmup(requests_per_pass=n, max_passes=b.warmup_passes, tolerance=b.warmup_tolerance)
+        for _ in range(b.warmup_passes):
+            records, wall = asyncio.run(run_requests(base_url, spec, batch, concurrency=concurrency))
+            w.passes += 1
+            ok = [r for r in records if r.ok]
+            if not ok or wall <= 0:
+                w.error = next((r.error for r in records if not r.ok), None)
+                break
+            w.rates.append(sum(r.output_tokens or 0 for r in ok) / wall)
+            if len(w.rates) >= 2 and abs(w.rates[-1] - w.rates[-2]) <= b.warmup_tolerance * w.rates[-1]:
+                w.steady = True
+                break
+        if w.steady is None and len(w.rates) >= 2:
+            w.steady = False
+        rates = ", ".join(f"{r:.1f}" for r in w.rates)
+        verdict = {True: "steady", False: "NOT steady", None: "not checked"}[w.steady]
+        self.progress(f"{tag}: warm-up {w.passes} pass(es) of {n} request(s) ({rates} tok/s): {verdict}")
+        return w
+
     def measure(self, run: Run, base_url: str, metrics_url: str, model: str) -> Run:
-        """Warm up, scrape, send the workload, scrape until settled, compute. Fills `run` in place, so an
-        interrupt leaves it holding what completed."""
+        """Warm up to steady state, then `trials` measured passes of the workload, each between a /metrics
+        scrape and a settled one; then compute. Fills `run` in place, so an interrupt leaves it holding
+        what completed."""
         b = self.cfg.bench
         spec = self.spec(model)
         run.started_at = _now()
         tag = f"{run.label} c={run.concurrency}"
-        if b.warmup:
-            asyncio.run(run_requests(base_url, spec, self.workload.prompts[: b.warmup], concurrency=1))
-        before = scrape(metrics_url)
-        total = len(self.workload.prompts) * b.repeats
+        run.warmup = self.warm_up(spec, base_url, run.concurrency, tag)
+        n_trials = self.n_trials
+        total = len(self.workload.prompts) * b.repeats * n_trials
         step = max(1, -(-total // 4))
 
         def done(rec: RequestRecord) -> None:
@@ -162,15 +212,26 @@ class RunContext:
             if n % step == 0 or n == total:
                 self.progress(f"{tag}: {n}/{total} requests")
 
-        sampler = TelemetrySampler(b.nvml_interval_s)
-        sampler.start()
+        measured: list[tuple[Scrape, Scrape, bool, list[RequestRecord], float]] = []
+        sampler = TelemetrySampler(b.nvml_interval_s)  # over the last trial: energy per token at steady state
         try:
-            _, wall = asyncio.run(
-                run_requests(
-                    base_url, spec, self.workload.prompts, concurrency=run.concurrency, repeats=b.repeats,
-                    counter=self.counter, on_done=done, sink=run.requests,
+            for i in range(n_trials):
+                before = scrape(metrics_url)
+                last = i == n_trials - 1
+                if last:
+                    sampler.start()
+                recs, wall = asyncio.run(
+                    run_requests(
+                        base_url, spec, self.workload.prompts, concurrency=run.concurrency, repeats=b.repeats,
+                        trial=i, counter=self.counter, on_done=done, sink=run.requests,
+                    )
+                )  # fmt: skip
+                if last:
+                    sampler.stop()
+                after, settled = settled_scrape(
+                    lambda: scrape(metrics_url), timeout_s=b.metrics_settle_timeout_s
                 )
-            )  # fmt: skip
+                measured.append((before, after, settled, recs, wall))
         except KeyboardInterrupt:
             sampler.stop()
             run.status, run.reason = "interrupted", "interrupted by the user"
@@ -179,9 +240,24 @@ class RunContext:
             raise
         finally:
             sampler.stop()
-        after, settled = settled_scrape(lambda: scrape(metrics_url), timeout_s=b.metrics_settle_timeout_s)
-        run.aggregate = agg = aggregate(run.requests, wall)
-        acc = acceptance(before, after, settled=settled)
+        self.compute(run, measured, sampler)
+        return run
+
+    def compute(
+        self,
+        run: Run,
+        measured: list[tuple[Scrape, Scrape, bool, list[RequestRecord], float]],
+        sampler: TelemetrySampler,
+    ) -> None:
+        """Aggregates over all trials, acceptance and the server check from the first trial's "before" to
+        the last one's "after", per-trial consistency, steady trials, and the run's headline tok/s: the
+        median over its steady trials."""
+        b = self.cfg.bench
+        tag = f"{run.label} c={run.concurrency}"
+        wall_total = sum(m[4] for m in measured)
+        run.aggregate = agg = aggregate(run.requests, wall_total)
+        first_before, (_, last_after, settled, _, _) = measured[0][0], measured[-1]
+        acc = acceptance(first_before, last_after, settled=settled and all(m[2] for m in measured))
         if acc is not None and agg.tokens_per_chunk is not None and acc.acceptance_length:
             acc.client_tokens_per_chunk = agg.tokens_per_chunk
             acc.client_disagrees = (
@@ -189,35 +265,93 @@ class RunContext:
                 > CLIENT_DISAGREEMENT
             )
         run.acceptance = acc
-        sc = server_check(before, after)
-        if sc is not None:
-            sc.client_output_tokens = agg.output_tokens
-            sc.client_decode_tokens_per_s = client_decode_rate(run.requests)
-            if sc.generation_tokens:
-                sc.tokens_rel_diff = (agg.output_tokens - sc.generation_tokens) / sc.generation_tokens
-            if sc.server_decode_tokens_per_s and sc.client_decode_tokens_per_s:
-                sc.rate_rel_diff = (
-                    sc.client_decode_tokens_per_s - sc.server_decode_tokens_per_s
-                ) / sc.server_decode_tokens_per_s
-        run.server = sc
-        run.telemetry = sampler.result(agg.output_tokens, acc.accepted_tokens if acc else None)
-        if not before.ok:
-            run.reason = f"no acceptance counters: {before.error}"
-        if agg.error_rate > b.max_error_rate:
-            first = next((r.error for r in run.requests if not r.ok), "")
-            run.status = "failed"
-            run.reason = (
-                f"error rate {agg.error_rate:.0%} > --max-error-rate {b.max_error_rate:.0%} (first: {first})"
-            )
+        run.server = sc = self.server_figures(first_before, last_after, run.requests, agg.output_tokens)
+        ttft_ref = agg.ttft_s.p50
+        tol = b.consistency_tolerance
+        unsteady = run.warmup is not None and run.warmup.steady is False
+        for i, (before, after, _, recs, wall) in enumerate(measured):
+            t_agg = aggregate(recs, wall)
+            t_acc = acceptance(before, after)
+            trial = Trial(
+                index=i, requests=t_agg.requests, errors=t_agg.errors, duration_s=wall,
+                output_tokens=t_agg.output_tokens, output_tokens_per_s=t_agg.output_tokens_per_s,
+                acceptance_length=t_acc.acceptance_length if t_acc else None,
+                consistency=consistency(recs, wall, server_check(before, after), tol, ttft_ref),
+            )  # fmt: skip
+            trial.steady = not unsteady and not (trial.consistency and trial.consistency.consistent is False)
+            run.trials.append(trial)
+        rates = [t.output_tokens_per_s for t in run.trials if t.output_tokens_per_s is not None]
+        used = [t.output_tokens_per_s for t in run.trials if t.steady and t.output_tokens_per_s is not None]
+        run.throughput = spread(rates, used or rates)
+        agg.output_tokens_per_s = run.throughput.median
+        run.consistency = consistency(run.requests, wall_total, sc, tol, ttft_ref)
+        self.flag(run)
+        run.telemetry = sampler.result(run.trials[-1].output_tokens, acc.accepted_tokens if acc else None)
+        if not first_before.ok:
+            run.reason = f"no acceptance counters: {first_before.error}"
+        self.judge_errors(run)
         if run.draft_tokens == 0:
             bw, src = self.bandwidth()
             run.roofline = roofline(self.cfg.model.model_path, agg.decode_tokens_per_s.mean, bw, src)
         tps = agg.output_tokens_per_s
         self.progress(
             f"{tag}: {agg.ok}/{agg.requests} ok, {tps or 0:.1f} output tok/s"
+            + (f" (median of {run.throughput.used}/{len(run.trials)} trials)" if len(run.trials) > 1 else "")
             + (f", τ={acc.acceptance_length:.2f}" if acc and acc.acceptance_length else "")
+            + "".join(f"; {f}" for f in run.flags)
         )
-        return run
+
+    @staticmethod
+    def server_figures(
+        before: Scrape, after: Scrape, records: list[RequestRecord], output_tokens: int
+    ) -> ServerCheck | None:
+        sc = server_check(before, after)
+        if sc is None:
+            return None
+        sc.client_output_tokens = output_tokens
+        sc.client_decode_tokens_per_s = client_decode_rate(records)
+        if sc.generation_tokens:
+            sc.tokens_rel_diff = (output_tokens - sc.generation_tokens) / sc.generation_tokens
+        if sc.server_decode_tokens_per_s and sc.client_decode_tokens_per_s:
+            sc.rate_rel_diff = (
+                sc.client_decode_tokens_per_s - sc.server_decode_tokens_per_s
+            ) / sc.server_decode_tokens_per_s
+        return sc
+
+    def flag(self, run: Run) -> None:
+        """The run's warnings: a warm-up that never settled, trials inconsistent with the server."""
+        w = run.warmup
+        if w is not None and w.steady is False:
+            rates = ", ".join(f"{r:.1f}" for r in w.rates)
+            run.flags.append(
+                f"unsteady: warm-up did not settle within {w.tolerance:.0%} in {w.passes} passes "
+                f"({rates} tok/s); raise --warmup-passes"
+            )
+        bad = [t for t in run.trials if t.consistency and t.consistency.consistent is False]
+        if bad:
+            first = bad[0].consistency
+            assert first is not None
+            run.flags.append(
+                f"inconsistent: {len(bad)}/{len(run.trials)} trial(s) disagree with the server's counters "
+                f"beyond {first.tolerance:.0%} (trial {bad[0].index + 1}: {'; '.join(first.problems)})"
+            )
+        elif run.consistency and run.consistency.consistent is False:
+            run.flags.append(f"inconsistent: {'; '.join(run.consistency.problems)}")
+
+    def judge_errors(self, run: Run) -> None:
+        """`--max-error-rate` fails a run above it; a run in which every request failed fails whatever the
+        rate allows (it measured nothing)."""
+        b = self.cfg.bench
+        agg = run.aggregate
+        first = next((r.error for r in run.requests if not r.ok), "")
+        if agg.requests and agg.ok == 0:
+            run.status = "failed"
+            run.reason = f"all {agg.requests} requests failed (first: {first})"
+        elif agg.error_rate > b.max_error_rate:
+            run.status = "failed"
+            run.reason = (
+                f"error rate {agg.error_rate:.0%} > --max-error-rate {b.max_error_rate:.0%} (first: {first})"
+            )
 
     def bandwidth(self) -> tuple[float | None, str]:
         if self.cfg.bench.gpu_bandwidth_gbps:
@@ -234,12 +368,56 @@ def _default_factory() -> EngineFactory:
     return create_engine
 
 
+def dflash_block_size(cfg: SpecqConfig) -> int | None:
+    """The drafter's DFlash `block_size` when the run speculates with DFlash (by --method, else detected from
+    the draft checkpoint as the serve stage does); None otherwise or when its config cannot be read."""
+    from ..checkpoint import Checkpoint
+
+    path = cfg.model.draft_model_path
+    method = cfg.speculative.method
+    if not path or method not in (None, "dflash"):
+        return None
+    try:
+        draft = Checkpoint(path)
+        if method is None and draft.draft_kind != "dflash":
+            return None
+        bs = (draft.config.get("dflash_config") or {}).get("block_size")
+    except Exception:  # an unreadable draft is the serve stage's to report, with its own message
+        return None
+    return int(bs) if isinstance(bs, int) and bs >= 2 else None
+
+
+def default_draft_tokens(block_size: int | None) -> list[int]:
+    """k values swept when --draft-tokens is not given: 3..6, and for a DFlash drafter on up to
+    block_size − 1 (every k to 7, then every 4th, always ending at block_size − 1)."""
+    if block_size is None:
+        return list(DEFAULT_DRAFT_TOKENS)
+    top = min(block_size - 1, 15)
+    ks = set(range(min(3, top), min(top, 7) + 1)) | set(range(7, top + 1, 4)) | {top}
+    return sorted(ks)
+
+
+def k_limit(cfg: SpecqConfig) -> int | None:
+    """The largest k the method allows, for the best-k note: DFlash block_size − 1, else the config's 15."""
+    bs = dflash_block_size(cfg)
+    return min(bs - 1, 15) if bs is not None else None
+
+
+def draft_token_values(cfg: SpecqConfig) -> list[int]:
+    """The k values to sweep: as asked, else the default for the method."""
+    b = cfg.bench
+    if b.draft_tokens is not None:
+        return list(b.draft_tokens)
+    return default_draft_tokens(dflash_block_size(cfg))
+
+
 def sweep_plan(cfg: SpecqConfig) -> list[tuple[str, int, SpecqConfig]]:
     """(label, draft tokens, config) for every server the sweep starts, baseline(s) first."""
     b = cfg.bench
     plan: list[tuple[str, int, SpecqConfig]] = []
-    ks = sorted({k for k in b.draft_tokens if k > 0})
-    if b.baseline or 0 in b.draft_tokens or not ks:
+    asked = draft_token_values(cfg)
+    ks = sorted({k for k in asked if k > 0})
+    if b.baseline or 0 in asked or not ks:
         for be in dict.fromkeys(b.baseline_engine):
             c = cfg.model_copy(deep=True)
             c.model.num_draft_tokens = 0
@@ -309,13 +487,41 @@ def run_bench(
         finalize(report, cfg, counter)
         write_outputs(report, out)
         raise
+    empty = unmeasured_runs(report)
+    if empty:
+        report.complete = False
+        what = "; ".join(f"{r.key} measured nothing ({r.reason})" for r in empty)
+        report.notes.append(f"incomplete: {what}")
     finalize(report, cfg, counter)
     write_outputs(report, out)
     progress(f"report written to {out}")
-    if start_errors and all(r.status == "server-failed" for r in report.runs):
-        # Not one server came up: that is the user's problem to fix (its own exit code), not a result.
-        raise start_errors[0]
+    raise_for_unmeasured(report, empty, start_errors, out)
     return report
+
+
+def unmeasured_runs(report: BenchReport) -> list[Run]:
+    """Runs that produced no measurement: the server did not start or died, or every request failed."""
+    return [
+        r for r in report.runs if r.status == "server-failed" or (r.status == "failed" and not r.aggregate.ok)
+    ]
+
+
+def raise_for_unmeasured(
+    report: BenchReport, empty: list[Run], start_errors: list[SpecqError], out: Path
+) -> None:
+    """A benchmark with a run that measured nothing is not a result: after the report is written (marked
+    incomplete), fail with the first such run and its first error. When not one server came up, that
+    start-up error is raised as it is (its own exit code: a missing FlashAttention-3 is exit 4)."""
+    if not empty:
+        return
+    if start_errors and all(r.status == "server-failed" for r in report.runs):
+        raise start_errors[0]
+    first = empty[0]
+    raise ProcessFailed(
+        f"run {first.key} measured nothing: {first.reason}"
+        + (f" (and {len(empty) - 1} more run(s))" if len(empty) > 1 else "")
+        + f"; the report in {out} is marked incomplete"
+    )
 
 
 def _external(report: BenchReport, ctx: RunContext) -> None:
@@ -326,11 +532,21 @@ def _external(report: BenchReport, ctx: RunContext) -> None:
         base = base[:-3]
     model = b.served_model_name or discover_model(base)
     report.engine = EngineInfo(name="external", url=base, model=model)
-    k = ctx.cfg.model.num_draft_tokens if ctx.cfg.model.num_draft_tokens else -1
     for conc in b.concurrency:
-        run = Run(label="external", draft_tokens=k, concurrency=conc, engine="external")
+        run = Run(label="external", draft_tokens=external_k(ctx.cfg), concurrency=conc, engine="external")
         report.runs.append(run)
         ctx.measure(run, base, base + "/metrics", model)
+        if run.draft_tokens < 0 and run.acceptance and run.acceptance.per_position:
+            run.draft_tokens = len(run.acceptance.per_position)  # one counter per draft position
+
+
+def external_k(cfg: SpecqConfig) -> int:
+    """The k a running server was started with, as the user told it: one --draft-tokens value, else the
+    config's num_draft_tokens; -1 when unknown (then `_external` reads it off the per-position counters)."""
+    ks = cfg.bench.draft_tokens
+    if ks is not None and len(ks) == 1:
+        return ks[0]
+    return cfg.model.num_draft_tokens if cfg.model.num_draft_tokens else -1
 
 
 def _sweep(report: BenchReport, ctx: RunContext, factory: EngineFactory, out: Path) -> list[SpecqError]:
@@ -399,10 +615,14 @@ def finalize(report: BenchReport, cfg: SpecqConfig, counter: TokenCounter | None
             if base.aggregate.output_tokens_per_s and r.aggregate.output_tokens_per_s is not None:
                 r.speedup = r.aggregate.output_tokens_per_s / base.aggregate.output_tokens_per_s
                 r.baseline_label = base.label
+                r.speedup_low, r.speedup_high = speedup_range(base, r)
+            if not r.baseline and r.status in ("ok", "failed"):
+                step_cost(base, r)
             if not r.baseline and b.temperature == 0 and r.status in ("ok", "failed"):
                 r.lossless = lossless(base, r, counter)
         if report.best_k is None:
-            report.best_k = predict_best_k(base, [r for r in runs if not r.baseline])
+            report.best_k = predict_best_k(base, [r for r in runs if not r.baseline], k_limit(cfg))
+    report.headline = headline(report)
     old = None
     if b.baseline_report:
         from ..report.models import BenchReport as _R

@@ -8,8 +8,12 @@ lossless check passes by construction. The first chunk arrives `ttft_s` after th
 every `step_s`, each chunk one simulated verify step carrying `accepted + 1` tokens, where `accepted`
 cycles through `--accept-pattern` (capped at k). With k = 0 every chunk carries `tokens_per_chunk` tokens.
 Chunks are sent on an absolute schedule (no drift), so a client's ITL and tokens/s can be checked against
-the truth. Fault injection: `--fail-every N` answers every N-th request with HTTP 500, `--die-after N`
-exits after N requests, `--metrics-lag-s` delays counter updates like LMDeploy's lagging /metrics.
+the truth. `--first-chunk-tokens N` makes the first chunk carry N tokens. `--jit-requests N --jit-s S` models
+an engine that JIT-compiles kernels on first use (LMDeploy's AWQ Triton path): the i-th of the first N
+requests after start pays `S × (1 − i/N)` extra before its first token (prefill), outside the decode-time
+counter. Fault injection: `--fail-every N` answers every N-th request with HTTP 500, `--die-after N` exits
+after N requests, `--error-mid-stream` sends an error event after the first chunk, `--stall-s S` pauses S
+seconds after the first chunk, `--metrics-lag-s` delays counter updates like LMDeploy's lagging /metrics.
 
 Used by tests (`SyntheticEngine` implements the serve stage's `Engine`) and by
 `benchmarks/bench_client_throughput.py`. Run: `python -m specq.pipeline.bench.synthetic --port 0`."""
@@ -89,10 +93,15 @@ class Counters:
         return "\n".join(out) + "\n"
 
 
-def plan_chunks(k: int, n_tokens: int, pattern: list[int], tokens_per_chunk: int) -> list[int]:
-    """Tokens per chunk for one request: k > 0 → accepted+1 per step (accepted cycles through pattern)."""
+def plan_chunks(
+    k: int, n_tokens: int, pattern: list[int], tokens_per_chunk: int, first: int | None = None
+) -> list[int]:
+    """Tokens per chunk for one request: k > 0 → accepted+1 per step (accepted cycles through pattern).
+    `first`: tokens in the first chunk (default: the prefill's one token when k > 0)."""
     sizes: list[int] = [1] if k > 0 and n_tokens > 0 else []  # the prefill's token comes alone
-    left, step = n_tokens - len(sizes), 0
+    if first is not None and n_tokens > 0:
+        sizes = [min(first, n_tokens)]
+    left, step = n_tokens - sum(sizes), 0
     while left > 0:
         size = (min(pattern[step % len(pattern)], k) + 1) if k > 0 else tokens_per_chunk
         size = min(size, left)
@@ -100,6 +109,16 @@ def plan_chunks(k: int, n_tokens: int, pattern: list[int], tokens_per_chunk: int
         left -= size
         step += 1
     return sizes
+
+
+def wait_until(target: float) -> None:
+    """Sleep until `target` (perf_counter), spinning the last millisecond: time.sleep overshoots by a few
+    hundred microseconds on a busy machine, and the schedule is the yardstick."""
+    delay = target - time.perf_counter()
+    if delay > 0.001:
+        time.sleep(delay - 0.001)
+    while time.perf_counter() < target:
+        pass
 
 
 def make_handler(args: argparse.Namespace, counters: Counters) -> type[BaseHTTPRequestHandler]:
@@ -114,6 +133,11 @@ def make_handler(args: argparse.Namespace, counters: Counters) -> type[BaseHTTPR
         def setup(self) -> None:
             super().setup()
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def parse_request(self) -> bool:
+            # The request line has just been read: the schedule (TTFT) starts at the request's arrival.
+            self.t_arrive = time.perf_counter()
+            return super().parse_request()
 
         def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
             self.send_response(code)
@@ -135,7 +159,7 @@ def make_handler(args: argparse.Namespace, counters: Counters) -> type[BaseHTTPR
                 self._send(404, b'{"error": "not found"}')
 
         def do_POST(self) -> None:
-            t_arrive = time.perf_counter()
+            t_arrive = self.t_arrive
             length = int(self.headers.get("Content-Length", 0))
             body = json.loads(self.rfile.read(length) or b"{}")
             with counters.lock:
@@ -151,9 +175,10 @@ def make_handler(args: argparse.Namespace, counters: Counters) -> type[BaseHTTPR
             seed = int(hashlib.sha256(prompt.encode()).hexdigest()[:6], 16)
             n = int(body.get("max_tokens") or 16)
             words = [f" w{(seed + i * 7919) % 100000:05d}" for i in range(n)]  # fixed width: 7 chars a token
-            sizes = plan_chunks(args.k, n, pattern, args.tokens_per_chunk)
+            sizes = plan_chunks(args.k, n, pattern, args.tokens_per_chunk, args.first_chunk_tokens)
+            jit = args.jit_s * (1 - (n_req - 1) / args.jit_requests) if n_req <= args.jit_requests else 0.0
             if not body.get("stream"):
-                time.sleep(args.ttft_s + args.step_s * (len(sizes) - 1))
+                time.sleep(jit + args.ttft_s + args.step_s * (len(sizes) - 1))
                 self._account(sizes, args.step_s * (len(sizes) - 1))
                 msg = {"role": "assistant", "content": "".join(words)}
                 whole: dict[str, Any] = {"index": 0, "finish_reason": "length"}
@@ -169,8 +194,16 @@ def make_handler(args: argparse.Namespace, counters: Counters) -> type[BaseHTTPR
             self.close_connection = True
             obj = "chat.completion.chunk" if chat else "text_completion"
             pos = 0
-            t_first = t_arrive + args.ttft_s
+            t_first = t_arrive + jit + args.ttft_s
             for j, size in enumerate(sizes):
+                if j == 1 and args.error_mid_stream:
+                    err = {"error": {"message": "injected mid-stream error", "type": "internal_error"}}
+                    self.wfile.write(b"data: " + json.dumps(err).encode() + b"\n\n")
+                    self.wfile.flush()
+                    return
+                if j == 1 and args.stall_s:
+                    time.sleep(args.stall_s)
+                    t_first += args.stall_s
                 text = "".join(words[pos : pos + size])
                 pos += size
                 last = j == len(sizes) - 1
@@ -182,12 +215,10 @@ def make_handler(args: argparse.Namespace, counters: Counters) -> type[BaseHTTPR
                 chunk: dict[str, Any] = {"id": "x", "object": obj, "model": MODEL, "choices": [choice]}
                 if args.continuous_usage:
                     chunk["usage"] = {"prompt_tokens": 1, "completion_tokens": pos, "total_tokens": pos + 1}
-                target = t_first + j * args.step_s
-                delay = target - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
+                wait_until(t_first + j * args.step_s)
                 if args.stamp:
                     chunk["specq_t"] = time.perf_counter()  # CLOCK_MONOTONIC on Linux: the client's clock
+                    chunk["specq_arrive"] = t_arrive
                 self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
                 self.wfile.flush()
             if include_usage:
@@ -227,6 +258,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fail-every", type=int, default=0)
     p.add_argument("--die-after", type=int, default=0)
     p.add_argument("--metrics-lag-s", type=float, default=0.0)
+    p.add_argument("--first-chunk-tokens", type=int, default=None, help="tokens in the first chunk")
+    p.add_argument("--jit-requests", type=int, default=0, help="the first N requests pay a JIT compile")
+    p.add_argument("--jit-s", type=float, default=0.0, help="compile time of the first request (decays)")
+    p.add_argument("--error-mid-stream", action="store_true", help="an error event after the first chunk")
+    p.add_argument("--stall-s", type=float, default=0.0, help="pause after the first chunk")
     return p.parse_args(argv)
 
 

@@ -167,7 +167,9 @@ BaselineEngine = Literal["same", "turbomind", "pytorch", "embedded"]
 class BenchSection(Section):
     url: str | None = Field(None, description="benchmark a running server (one run, no sweep)")
     served_model_name: str | None = None
-    draft_tokens: list[int] = Field(default_factory=lambda: [3, 4, 5, 6])
+    draft_tokens: list[int] | None = Field(
+        None, description="default: 3..6, or up to block_size - 1 for a DFlash drafter"
+    )
     baseline: bool = True
     baseline_engine: list[BaselineEngine] = Field(
         default_factory=lambda: ["same"],  # type: ignore[arg-type]
@@ -180,7 +182,19 @@ class BenchSection(Section):
     requests: int = Field(16, ge=1)
     max_tokens: int = Field(128, ge=1)
     concurrency: list[int] = Field(default_factory=lambda: [1])
-    warmup: int = Field(1, ge=0)
+    warmup: int | None = Field(
+        None, ge=0, description="prompts per warm-up pass; default ('all'): every prompt once; 0 = off"
+    )
+    warmup_passes: int = Field(5, ge=1, description="at most this many warm-up passes per run")
+    warmup_tolerance: float = Field(
+        0.05, gt=0, le=1, description="steady when two consecutive passes' tok/s agree within this"
+    )
+    trials: int | None = Field(
+        None, ge=1, description="measured trials per run; default 3 in a sweep, 1 with url"
+    )
+    consistency_tolerance: float = Field(
+        0.10, gt=0, le=1, description="flag a run whose client and server figures differ more than this"
+    )
     repeats: int = Field(1, ge=1)
     temperature: float = Field(0.0, ge=0)
     seed: int = 0
@@ -202,6 +216,8 @@ class BenchSection(Section):
     @field_validator("draft_tokens", "concurrency", mode="before")
     @classmethod
     def _int_lists(cls, v: object) -> object:
+        if isinstance(v, str) and v.strip().lower() == "auto":
+            return None
         return parse_int_list(v)
 
     @field_validator("baseline_engine", mode="before")
@@ -209,14 +225,23 @@ class BenchSection(Section):
     def _engines(cls, v: object) -> object:
         return [x.strip() for x in v.split(",") if x.strip()] if isinstance(v, str) else v
 
-    @field_validator("max_regression", "max_error_rate", mode="before")
+    @field_validator(
+        "max_regression", "max_error_rate", "warmup_tolerance", "consistency_tolerance", mode="before"
+    )
     @classmethod
     def _fraction(cls, v: object) -> object:
         return parse_fraction(v)
 
+    @field_validator("warmup", mode="before")
+    @classmethod
+    def _warmup(cls, v: object) -> object:
+        return None if isinstance(v, str) and v.strip().lower() in ("all", "auto") else v
+
     @field_validator("draft_tokens")
     @classmethod
-    def _ks(cls, v: list[int]) -> list[int]:
+    def _ks(cls, v: list[int] | None) -> list[int] | None:
+        if v is None:
+            return v
         bad = [k for k in v if not 0 <= k <= 15]
         if bad:
             raise ValueError(f"draft token counts must be in 0..15, not {int_ranges(bad)}")

@@ -45,7 +45,21 @@ def run_rows(report: BenchReport) -> list[dict[str, Any]]:
                 "errors": a.errors,
                 "output_tokens": a.output_tokens,
                 "output_tokens_per_s": a.output_tokens_per_s,
+                "trials": len(r.trials),
+                "steady_trials": r.throughput.used if r.trials else None,
+                "tokens_per_s_min": r.throughput.min,
+                "tokens_per_s_max": r.throughput.max,
+                "tokens_per_s_spread": r.throughput.rel_spread if len(r.trials) > 1 else None,
+                "warmup_passes": r.warmup.passes if r.warmup else 0,
+                "warmup_steady": r.warmup.steady if r.warmup else None,
                 "speedup": r.speedup,
+                "speedup_low": r.speedup_low,
+                "speedup_high": r.speedup_high,
+                "decode_speedup": r.decode_speedup,
+                "step_cost_ratio": r.step_cost_ratio,
+                "step_cost_source": r.step_cost_source,
+                "consistent": r.consistency.consistent if r.consistency else None,
+                "flags": "; ".join(r.flags) or None,
                 "ttft_p50_s": a.ttft_s.p50,
                 "ttft_p99_s": a.ttft_s.p99,
                 "e2e_p50_s": a.e2e_s.p50,
@@ -91,22 +105,43 @@ COLUMNS = [
     ("c", "concurrency", None),
     ("status", "status", None),
     ("ok/req", None, None),
+    ("warm", None, None),
+    ("trials", None, None),
     ("tok/s", "output_tokens_per_s", ".1f"),
+    ("±", "tokens_per_s_spread", ".0%"),
     ("speedup", "speedup", ".2f"),
+    ("step cost", "step_cost_ratio", ".2f"),
     ("TTFT p50 ms", "ttft_p50_s", ".1f"),
     ("TPOT ms", "tpot_mean_s", ".2f"),
     ("ITL p90 ms", "itl_p90_s", ".2f"),
     ("accept", "acceptance_rate", ".1%"),
     ("τ", "acceptance_length", ".2f"),
     ("lossless", "lossless_exact_match", ".0%"),
+    ("check", None, None),
 ]
 MS = {"ttft_p50_s", "tpot_mean_s", "itl_p90_s"}
 
 
+def _check(row: dict[str, Any]) -> str:
+    """The run's self-check in one word: unsteady and/or inconsistent, ok, or - (nothing to check)."""
+    flags = row["flags"] or ""
+    words = [w for w in ("unsteady", "inconsistent") if w + ":" in flags]
+    if words:
+        return "+".join(words).upper()
+    return "ok" if row["consistent"] or row["warmup_steady"] else "-"
+
+
 def _cells(row: dict[str, Any]) -> list[str]:
     out = []
-    for _, key, spec in COLUMNS:
-        if key is None:
+    for name, key, spec in COLUMNS:
+        if name == "warm":
+            steady = {True: "", False: "!", None: ""}[row["warmup_steady"]]
+            out.append(f"{row['warmup_passes']}{steady}")
+        elif name == "trials":
+            out.append(f"{row['steady_trials']}/{row['trials']}" if row["trials"] else "-")
+        elif name == "check":
+            out.append(_check(row))
+        elif key is None:
             out.append(f"{row['requests'] - row['errors']}/{row['requests']}")
         elif spec is None:
             out.append(str(row[key]))
@@ -117,19 +152,26 @@ def _cells(row: dict[str, Any]) -> list[str]:
 
 def _footer(report: BenchReport) -> list[str]:
     lines = []
+    if report.headline:
+        lines.append(report.headline.text)
     if report.best_k:
         bk = report.best_k
         line = f"recommended draft tokens: k={bk.recommended_k} (predicted {bk.predicted_speedup:.2f}x)"
         if bk.predicted_speedup < 1.0:
             line += " - below 1: speculation does not pay off here; serve without it"
         lines.append(line)
+        if bk.edge:
+            lines.append(bk.edge)
     for g in report.gates:
         lines.append(f"gate {g.name}: {'passed' if g.passed else 'FAILED'} — {g.reason}")
     if not report.complete:
-        lines.append("INCOMPLETE report (interrupted)")
+        why = [n for n in report.notes if n.startswith(("interrupted", "incomplete"))]
+        lines.append("INCOMPLETE report: " + ("; ".join(why) or "not every run was measured"))
     for r in report.runs:
         if r.status != "ok" and r.reason:
             lines.append(f"{r.key}: {r.status}: {r.reason}")
+        for f in r.flags:
+            lines.append(f"{r.key}: {f}")
         if r.acceptance and r.acceptance.client_disagrees:
             lines.append(
                 f"{r.key}: client tokens/chunk {r.acceptance.client_tokens_per_chunk:.2f} differs from the "
@@ -159,7 +201,7 @@ def to_table(report: BenchReport) -> str:
     for row in run_rows(report):
         t.add_row(*_cells(row))
     buf = io.StringIO()
-    Console(file=buf, width=160, force_terminal=False, color_system=None).print(t)
+    Console(file=buf, width=200, force_terminal=False, color_system=None).print(t)
     return buf.getvalue() + "".join(line + "\n" for line in _footer(report))
 
 
@@ -178,6 +220,7 @@ def to_markdown(report: BenchReport) -> str:
         f"- workload: {w.source} ({w.requests} requests, digest {w.digest}, mode {w.mode}, "
         f"max_tokens {w.max_tokens}, temperature {w.temperature:g})",
         "",
+        *([f"**{report.headline.text}**", ""] if report.headline else []),
         "| " + " | ".join(n for n, _, _ in COLUMNS) + " |",
         "|" + "|".join("---" for _ in COLUMNS) + "|",
     ]
@@ -191,8 +234,8 @@ def to_markdown(report: BenchReport) -> str:
                 f"| {row['k']} | {row['predicted_speedup']:.2f} | {_f(row.get('measured_speedup'))} |"
             )
         lines.append("")
-    foot = _footer(report)
-    if foot:
+    foot = [x for x in _footer(report) if not report.headline or x != report.headline.text]
+    if foot or report.notes:
         lines += ["## Notes", ""] + [f"- {x}" for x in foot + report.notes] + [""]
     return "\n".join(lines)
 

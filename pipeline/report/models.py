@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ..errors import InputError
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: warm-up, trials, consistency, step cost, headline (1.0 still loads)
 
 
 class Stats(BaseModel):
@@ -53,9 +53,13 @@ class RequestRecord(BaseModel):
     id: str
     category: str
     repeat: int = 0
+    trial: int = 0
     ok: bool = True
     error: str | None = None
     start_s: float = 0.0  # since the run started
+    # From the request's start to the moment its headers began to go out (waiting for and opening a
+    # connection): TTFT, chunk times and e2e are measured from the send, not from here.
+    connect_s: float | None = None
     ttft_s: float | None = None
     e2e_s: float | None = None
     prompt_tokens: int | None = None
@@ -71,6 +75,7 @@ class RequestRecord(BaseModel):
     # relative to the client's send: only servers that stamp (the synthetic one) fill it. It lets the
     # client's own timing error be measured apart from the server's jitter.
     server_chunk_times: list[float] | None = None
+    server_arrival_s: float | None = None  # when the stamping server read the request, after the send
     output_text: str = ""
 
     @property
@@ -107,6 +112,65 @@ class ServerCheck(BaseModel):
     client_output_tokens: int | None = None
     tokens_rel_diff: float | None = None  # (client - server) / server, output tokens
     rate_rel_diff: float | None = None
+
+
+class Warmup(BaseModel):
+    """Warm-up to steady state before a run: passes over the run's own prompts (same lengths, same
+    concurrency) until two consecutive passes' output tok/s agree within `tolerance`, at most `max_passes`."""
+
+    requests_per_pass: int
+    max_passes: int
+    tolerance: float
+    passes: int = 0
+    rates: list[float] = Field(default_factory=list)  # output tok/s per pass
+    steady: bool | None = None  # None: not checked (a single pass allowed, or no pass completed)
+    error: str | None = None  # the first error when a pass had no successful request
+
+
+class Consistency(BaseModel):
+    """Self-consistency of one trial (or a whole run): the client's figures against the server's counters.
+    A relative difference beyond `tolerance` on any check makes `consistent` False; None: nothing to check
+    (the server exports no token or decode-time counters)."""
+
+    tolerance: float
+    client_output_tokens: int | None = None
+    server_generation_tokens: float | None = None
+    tokens_rel_diff: float | None = None  # (client - server) / server
+    client_decode_tokens_per_s: float | None = None
+    server_decode_tokens_per_s: float | None = None
+    decode_rel_diff: float | None = None
+    client_output_tokens_per_s: float | None = None
+    # What the server's decode rate implies for the client's output rate, with the run's median TTFT as
+    # every request's prefill: a request that paid extra (a JIT compile, a stall) drags the client below it.
+    implied_output_tokens_per_s: float | None = None
+    output_rel_diff: float | None = None
+    consistent: bool | None = None
+    problems: list[str] = Field(default_factory=list)
+
+
+class Trial(BaseModel):
+    """One measured pass of the whole workload; a run holds `trials` of them on one warmed server."""
+
+    index: int
+    requests: int = 0
+    errors: int = 0
+    duration_s: float = 0.0
+    output_tokens: int = 0
+    output_tokens_per_s: float | None = None
+    acceptance_length: float | None = None
+    consistency: Consistency | None = None
+    steady: bool = True  # used for the headline: warm-up did not end unsteady and the trial is consistent
+
+
+class Spread(BaseModel):
+    """Median and range of a figure over a run's trials (`used` of `n` counted: the steady ones, else all)."""
+
+    n: int = 0
+    used: int = 0
+    median: float | None = None
+    min: float | None = None
+    max: float | None = None
+    rel_spread: float | None = None  # (max - min) / median
 
 
 class TelemetrySample(BaseModel):
@@ -196,8 +260,20 @@ class Run(BaseModel):
     telemetry: Telemetry = Field(default_factory=Telemetry)
     roofline: Roofline | None = None
     lossless: Lossless | None = None
-    speedup: float | None = None  # output tok/s over the paired baseline's at the same concurrency
+    speedup: float | None = None  # median steady output tok/s over the paired baseline's (same concurrency)
     baseline_label: str | None = None
+    warmup: Warmup | None = None
+    trials: list[Trial] = Field(default_factory=list)
+    throughput: Spread = Field(default_factory=Spread)  # output tok/s over the trials
+    speedup_low: float | None = None  # lowest trial / highest baseline trial (the gates' conservative end)
+    speedup_high: float | None = None
+    consistency: Consistency | None = None  # over all trials together
+    flags: list[str] = Field(default_factory=list)  # "unsteady: …", "inconsistent: …"
+    # Decode rate over the baseline's (the server's decode rate when both runs have one, else the client's),
+    # and the cost of one speculative step in plain steps: τ / decode_speedup.
+    decode_speedup: float | None = None
+    step_cost_ratio: float | None = None
+    step_cost_source: Literal["server", "client"] | None = None
 
     @property
     def key(self) -> str:
@@ -211,12 +287,33 @@ class BestK(BaseModel):
     step_cost_per_token: float
     acceptance_by_position: list[float]
     rows: list[dict[str, Any]]  # k, predicted, measured
+    best_measured_k: int | None = None
+    k_range: list[int] = Field(default_factory=list)  # the k values measured
+    k_limit: int | None = None  # the largest k the method allows (DFlash: block_size - 1)
+    edge: str | None = None  # set when the best measured k is the smallest or largest measured
+
+
+class Headline(BaseModel):
+    """The one figure a reader takes away: the best speculative run's speedup, how sure it is, and why not."""
+
+    run: str
+    speedup: float
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    trials: int = 1
+    steady_trials: int = 1
+    decode_speedup: float | None = None
+    step_cost_ratio: float | None = None
+    reliable: bool = True
+    warnings: list[str] = Field(default_factory=list)
+    text: str = ""
 
 
 class Gate(BaseModel):
     name: str
     passed: bool
     reason: str
+    basis: str | None = None  # which figure was gated, e.g. "lowest trial" (the conservative end)
 
 
 class EngineInfo(BaseModel):
@@ -257,6 +354,7 @@ class BenchReport(BaseModel):
     workload: WorkloadInfo
     runs: list[Run] = Field(default_factory=list)
     best_k: BestK | None = None
+    headline: Headline | None = None
     gates: list[Gate] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
 

@@ -149,7 +149,9 @@ class Generator:
     def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:
         tok = self.tokenizer
         if getattr(tok, "chat_template", None):
-            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            # Templates concatenate `content` as a string; OpenAI clients may send a list of text parts.
+            plain = [{**m, "content": _content(m)} for m in messages]
+            text = tok.apply_chat_template(plain, tokenize=False, add_generation_prompt=True)
         else:
             text = "".join(f"{m.get('role', 'user')}: {_content(m)}\n" for m in messages) + "assistant: "
         return list(tok(text, add_special_tokens=False)["input_ids"])

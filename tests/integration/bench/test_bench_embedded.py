@@ -19,8 +19,8 @@ def test_embedded_sweep_with_baseline_and_gate(cli, toy_pair, tmp_path):
     out = tmp_path / "run"
     code, _, err = cli(
         "bench", str(target), "--draft-model", str(draft), "--engine", "embedded", "--draft-tokens", "3..4",
-        "--suite", "code", "--requests", "2", "--max-tokens", "16", "--warmup", "0", "--temperature", "0",
-        "--out", str(out), "--min-speedup", "100",
+        "--suite", "code", "--requests", "2", "--max-tokens", "16", "--warmup", "0", "--trials", "1",
+        "--temperature", "0", "--out", str(out), "--min-speedup", "100",
     )  # fmt: skip
     assert code == 3, err
     assert err.strip().splitlines()[-1].startswith("specq: error: gate failed: min_speedup")
@@ -50,4 +50,4 @@ def test_embedded_sweep_with_baseline_and_gate(cli, toy_pair, tmp_path):
     assert report.gates[0].name == "min_speedup" and not report.gates[0].passed
     for png in ("throughput_vs_k", "acceptance_by_position", "latency_percentiles"):
         assert (out / "plots" / f"{png}.png").stat().st_size > 1000
-    assert json.loads((out / "report.json").read_text())["schema_version"] == "1.0"
+    assert json.loads((out / "report.json").read_text())["schema_version"] == "1.1"

@@ -26,7 +26,6 @@ def config(tmp_path, **bench) -> SpecqConfig:
         "draft_tokens": [3, 4],
         "requests": 4,
         "max_tokens": MAX_TOKENS,
-        "warmup": 1,
         "metrics_settle_timeout_s": 5.0,
         "out": str(tmp_path / "out"),
         "suite": "code",
@@ -60,9 +59,14 @@ def test_sweep_with_baseline(tmp_path):
     assert [r.label for r in report.runs] == ["baseline", "k=3", "k=4"]
     assert all(r.status == "ok" for r in report.runs), [r.reason for r in report.runs]
     assert report.complete and report.runs[0].baseline and report.runs[0].acceptance is None
+    for run in report.runs:
+        # a sweep measures 3 trials by default, after a warm-up that reached steady state (all 4 prompts)
+        assert len(run.trials) == 3 and run.aggregate.requests == 12
+        assert run.warmup is not None and run.warmup.requests_per_pass == 4 and run.warmup.passes >= 2
+        assert run.throughput.median == run.aggregate.output_tokens_per_s
     for run in report.runs[1:]:
         k = run.draft_tokens
-        drafts, accepted, per_pos = expected_acceptance(k, 4)
+        drafts, accepted, per_pos = expected_acceptance(k, 4 * 3)
         acc = run.acceptance
         assert acc is not None and acc.settled
         assert acc.drafts == drafts and acc.accepted_tokens == accepted and acc.draft_tokens == drafts * k
@@ -72,10 +76,10 @@ def test_sweep_with_baseline(tmp_path):
         # one chunk = one verify step here, so the client's estimate equals the server's τ
         assert acc.client_tokens_per_chunk == pytest.approx(acc.acceptance_length)
         assert not acc.client_disagrees
-        assert run.lossless is not None and run.lossless.passed and run.lossless.compared == 4
+        assert run.lossless is not None and run.lossless.passed and run.lossless.compared == 12
         assert run.speedup is not None and run.baseline_label == "baseline"
         assert run.server is not None and run.server.generation_tokens == run.aggregate.output_tokens
-    assert report.runs[0].aggregate.output_tokens == 4 * MAX_TOKENS
+    assert report.runs[0].aggregate.output_tokens == 3 * 4 * MAX_TOKENS
     assert report.best_k is not None and report.best_k.recommended_k >= 1
     out = tmp_path / "out"
     loaded = BenchReport.load(out / "report.json")
@@ -90,14 +94,19 @@ def test_sweep_with_baseline(tmp_path):
 def test_faults_stay_local_to_their_run(tmp_path):
     cfg = config(tmp_path, draft_tokens=[2, 3, 4], max_error_rate=0.1)
     per_k = {2: ["--fail-every", "2"], 3: ["--die-after", "2"]}
-    report = run_bench(cfg, engine_factory=factory(per_k, fail_start={4}))
+    # k=3's server dies and k=4's never starts: the sweep goes on, then exits 5 naming the first of them
+    with pytest.raises(ProcessFailed, match=r"run k=3@c1 measured nothing: .*and 1 more"):
+        run_bench(cfg, engine_factory=factory(per_k, fail_start={4}))
+    report = BenchReport.load(tmp_path / "out" / "report.json")
     by = {r.label: r for r in report.runs}
     assert by["baseline"].status == "ok"
     assert by["k=2"].status == "failed" and "error rate" in (by["k=2"].reason or "")
-    assert by["k=2"].aggregate.errors == 2 and "HTTP 500" in (by["k=2"].requests[0].error or "")
+    # every other request fails (the warm-up's requests count too): half of each trial, some still measured
+    assert 0 < by["k=2"].aggregate.errors < by["k=2"].aggregate.requests
+    assert any("HTTP 500" in (r.error or "") for r in by["k=2"].requests)
     assert by["k=3"].status == "server-failed" and "died" in (by["k=3"].reason or "")
     assert by["k=4"].status == "server-failed" and "did not start" in (by["k=4"].reason or "")
-    assert report.complete
+    assert not report.complete and any("k=4@c1 measured nothing" in n for n in report.notes)
 
 
 def test_no_server_starting_is_an_error_not_a_result(tmp_path):
@@ -105,6 +114,7 @@ def test_no_server_starting_is_an_error_not_a_result(tmp_path):
         run_bench(config(tmp_path, draft_tokens=[3]), engine_factory=factory(fail_start={0, 3}))
     report = BenchReport.load(tmp_path / "out" / "report.json")
     assert [r.status for r in report.runs] == ["server-failed", "server-failed"]
+    assert not report.complete  # it used to say complete: true
 
 
 def test_ctrl_c_writes_a_partial_report(tmp_path):

@@ -54,6 +54,22 @@ def server(toy_pair, tmp_path_factory: pytest.TempPathFactory):
         engine.stop()
 
 
+def test_chat_content_as_a_list_of_parts(server) -> None:
+    """OpenAI clients may send `content` as parts; it used to be answered with HTTP 500."""
+    parts = [{"type": "text", "text": "def add(a, b):"}]
+    body = {
+        "model": "toy",
+        "max_tokens": 4,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": parts}],
+    }
+    r = httpx.post(f"{server.base_url}/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    plain = dict(body, messages=[{"role": "user", "content": "def add(a, b):"}])
+    same = httpx.post(f"{server.base_url}/v1/chat/completions", json=plain, timeout=60)
+    assert r.json()["choices"][0]["message"]["content"] == same.json()["choices"][0]["message"]["content"]
+
+
 def test_models_and_health(server) -> None:
     r = httpx.get(f"{server.base_url}/v1/models", timeout=10)
     assert r.status_code == 200

@@ -66,7 +66,7 @@ def test_save_load_roundtrip(tmp_path):
     rep = make_report()
     p = rep.save(tmp_path / "r.json")
     assert BenchReport.load(p) == rep
-    assert json.loads(p.read_text())["schema_version"] == "1.0"
+    assert json.loads(p.read_text())["schema_version"] == "1.1"
 
 
 def test_load_refuses_foreign_and_broken_files(tmp_path):
@@ -116,7 +116,7 @@ def test_min_speedup_gate():
     assert evaluate_gates(rep, min_speedup=1.4)[0].passed
     rep.gates = evaluate_gates(rep, min_speedup=1.6)
     with pytest.raises(
-        GateFailed, match=r"min_speedup: best speedup 1\.500x \(k=4@c1\) < required 1\.6x"
+        GateFailed, match=r"min_speedup: best speedup 1\.500x \(k=4@c1, measured speedup\) < required 1\.6x"
     ) as e:
         enforce_gates(rep)
     assert e.value.exit_code == 3 and "\n" not in str(e.value)
@@ -133,3 +133,38 @@ def test_regression_gate():
     for r in other.runs:
         r.label = "x" + r.label
     assert not evaluate_gates(other, old=old, max_regression=0.05)[0].passed
+
+
+def test_a_schema_1_0_report_still_loads_shows_and_compares(tmp_path):
+    doc = json.loads(make_report().model_dump_json())
+    doc["schema_version"] = "1.0"
+    for run in doc["runs"]:  # what a 1.0 report lacks
+        for key in ("warmup", "trials", "throughput", "speedup_low", "speedup_high", "consistency", "flags",
+                    "decode_speedup", "step_cost_ratio", "step_cost_source"):  # fmt: skip
+            run.pop(key)
+    doc.pop("headline")
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    old = BenchReport.load(tmp_path / "old.json")
+    assert old.runs[1].trials == [] and "k=4" in render(old, "table") and "| k=4 |" in render(old, "md")
+    assert any(r["metric"] == "speedup" for r in compare(old, make_report()))
+    # gates on a report without trials fall back to the single measured figures
+    gate = evaluate_gates(old, min_speedup=1.4)[0]
+    assert gate.passed and gate.basis == "measured speedup"
+
+
+def test_gates_use_the_conservative_end_of_the_trials():
+    from specq.pipeline.report.models import Spread, Trial
+
+    rep = make_report(100.0, 150.0)
+    k4 = rep.runs[1]
+    k4.trials = [Trial(index=i, output_tokens_per_s=v) for i, v in enumerate((130.0, 150.0, 160.0))]
+    k4.throughput = Spread(n=3, used=3, median=150.0, min=130.0, max=160.0, rel_spread=0.2)
+    k4.speedup_low, k4.speedup_high = 1.2, 1.7
+    gate = evaluate_gates(rep, min_speedup=1.4)[0]
+    # the median (1.5x) would pass; the lowest speedup the trials allow (1.2x) does not
+    assert not gate.passed and gate.basis == "lowest speedup over the trials"
+    assert "1.200x" in gate.reason and "median 1.500x" in gate.reason
+    old = make_report(100.0, 140.0)
+    reg = evaluate_gates(rep, old=old, max_regression=0.05)[0]
+    # k=4's slowest trial (130) against the old 140 is a 7 % drop, although its median rose to 150
+    assert not reg.passed and "-7.1%" in reg.reason and reg.basis == "slowest trial vs the old report's tok/s"

@@ -1,0 +1,88 @@
+"""The pieces behind a trustworthy headline, on hand-made records: the client/server self-consistency
+check, median and spread over trials, the speedup range, the step cost, the note on the edge of the k range,
+and the default k values for a DFlash drafter (from a real drafter config.json on disk)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specq.pipeline.bench.analysis import consistency, edge_note, speedup_range, spread, step_cost
+from specq.pipeline.bench.runner import default_draft_tokens, dflash_block_size, draft_token_values
+from specq.pipeline.config.models import SpecqConfig
+from specq.pipeline.report.models import Acceptance, RequestRecord, Run, ServerCheck, Trial
+
+
+def rec(ttft: float, e2e: float, tokens: int = 20) -> RequestRecord:
+    return RequestRecord(id="p", category="code", ttft_s=ttft, e2e_s=e2e, output_tokens=tokens)
+
+
+def test_consistency_agrees_on_a_clean_run_and_flags_a_paid_compile():
+    # 4 requests: 10 ms TTFT, 20 tokens in 0.2 s of decode (100 tok/s), back to back
+    clean = [rec(0.01, 0.21) for _ in range(4)]
+    server = ServerCheck(generation_tokens=80, decode_time_s=0.8, server_decode_tokens_per_s=100.0)
+    c = consistency(clean, 0.84, server, 0.10)
+    assert c is not None and c.consistent is True and c.problems == []
+    assert c.decode_rel_diff == pytest.approx(0.0) and c.output_rel_diff == pytest.approx(0.0)
+    # one request paid a 0.5 s compile before its first token: decode rates still agree, the output rate
+    # does not (the run's median TTFT is still 10 ms)
+    dirty = [rec(0.51, 0.71)] + clean[1:]
+    c = consistency(dirty, 1.34, server, 0.10)
+    assert c is not None and c.consistent is False and abs(c.decode_rel_diff or 0) < 1e-9
+    assert c.output_rel_diff == pytest.approx(0.84 / 1.34 - 1)
+    assert c.problems == ["client output rate 37% below the rate the server's decode rate implies"]
+    # fewer tokens than the server generated: flagged too
+    c = consistency(clean, 0.84, server.model_copy(update={"generation_tokens": 100.0}), 0.10)
+    assert c is not None and "client output tokens 20% below" in c.problems[0]
+    assert consistency(clean, 0.84, None, 0.10) is None
+
+
+def test_spread_speedup_range_and_step_cost():
+    s = spread([90.0, 100.0, 110.0], [100.0, 110.0])
+    assert (s.n, s.used, s.median, s.min, s.max) == (3, 2, 105.0, 100.0, 110.0)
+    assert s.rel_spread == pytest.approx(10 / 105)
+    base = Run(label="baseline", draft_tokens=0, concurrency=1, baseline=True,
+               trials=[Trial(index=0, output_tokens_per_s=100.0), Trial(index=1, output_tokens_per_s=110.0)],
+               server=ServerCheck(server_decode_tokens_per_s=120.0))  # fmt: skip
+    run = Run(label="k=4", draft_tokens=4, concurrency=1,
+              trials=[Trial(index=0, output_tokens_per_s=200.0), Trial(index=1, output_tokens_per_s=999.0,
+                      steady=False), Trial(index=2, output_tokens_per_s=240.0)],
+              server=ServerCheck(server_decode_tokens_per_s=300.0),
+              acceptance=Acceptance(source="lmdeploy:", drafts=1, draft_tokens=4, accepted_tokens=4,
+                                    acceptance_length=5.0))  # fmt: skip
+    low, high = speedup_range(base, run)  # the unsteady trial (999) is left out
+    assert low == pytest.approx(200 / 110) and high == pytest.approx(240 / 100)
+    step_cost(base, run)
+    assert run.step_cost_source == "server" and run.decode_speedup == pytest.approx(2.5)
+    assert run.step_cost_ratio == pytest.approx(5.0 / 2.5)
+
+
+def test_edge_note_names_the_edge_and_the_limit():
+    best, note = edge_note({3: 1.5, 4: 1.7, 5: 1.9, 6: 2.1}, 15)
+    assert best == 6 and note is not None and "largest measured" in note and "up to 15" in note
+    assert edge_note({3: 1.5, 4: 1.7, 5: 1.9, 6: 2.1}, 6) == (6, None)  # nothing larger is allowed
+    best, note = edge_note({3: 2.0, 4: 1.7, 5: 1.5}, 7)
+    assert best == 3 and note is not None and "smallest measured" in note
+    assert edge_note({3: 1.5, 4: 1.9, 5: 1.7}, 7) == (4, None)
+
+
+def test_default_k_values_reach_a_dflash_drafters_block_size(tmp_path):
+    assert default_draft_tokens(None) == [3, 4, 5, 6]
+    assert default_draft_tokens(8) == [3, 4, 5, 6, 7]
+    assert default_draft_tokens(16) == [3, 4, 5, 6, 7, 11, 15]
+    assert default_draft_tokens(4) == [3]
+    draft = tmp_path / "drafter"
+    draft.mkdir()
+    (draft / "config.json").write_text(json.dumps({
+        "architectures": ["DFlashDraftModel"],
+        "dflash_config": {"block_size": 16, "mask_token_id": 5, "target_layer_ids": [1, 2]},
+    }))  # fmt: skip
+    cfg = SpecqConfig()
+    cfg.model.draft_model_path = str(draft)
+    assert dflash_block_size(cfg) == 16 and draft_token_values(cfg) == [3, 4, 5, 6, 7, 11, 15]
+    cfg.bench.draft_tokens = [3, 4, 5, 6]  # --draft-tokens 3..6 is kept as asked
+    assert draft_token_values(cfg) == [3, 4, 5, 6]
+    cfg.bench.draft_tokens = None
+    cfg.speculative.method = "eagle3"  # another method keeps today's default
+    assert dflash_block_size(cfg) is None and draft_token_values(cfg) == [3, 4, 5, 6]
