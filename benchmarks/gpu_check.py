@@ -2,7 +2,8 @@
 one directory.
 
     python benchmarks/gpu_check.py --out gpu-check --fa3-source DIR [--small-root ROOT] [--sizes small,medium]
-        [--steps doctor,fa3,toy,awq,draft,bench,plan,tests] [--draft-tokens 3,5,7,11,15] [--quick]
+        [--steps doctor,fa3,toy,awq,draft,bench,plan,tests] [--draft-tokens 3,5,7,11,15]
+        [--bench-targets small-awq] [--quick]
 
 Steps, in order (a failing step is recorded and the next one runs; `summary.json` lists each step's exit code,
 time and output; `sweeps.md` the tables):
@@ -109,6 +110,7 @@ def main() -> int:
     )
     ap.add_argument("--small-root", type=Path, help="ROOT/model and ROOT/gptq from gptq_for_gpu_check.py")
     ap.add_argument("--draft-tokens", default="3,5,7,11,15")
+    ap.add_argument("--bench-targets", help="bench only these targets (e.g. small-awq); default: all")
     ap.add_argument("--quick", action="store_true", help="fewer requests and draft steps")
     args = ap.parse_args()
     out: Path = args.out.resolve()
@@ -171,7 +173,8 @@ def main() -> int:
             record(run_step(f"draft-{size}", cmd, out, 900, env))
     tables: list[str] = []
     if "bench" in steps:
-        for name, target in targets.items():
+        chosen = args.bench_targets.split(",") if args.bench_targets else list(targets)
+        for name, target in ((n, t) for n, t in targets.items() if n in chosen):
             bench_out = out / f"bench-{name}"
             cmd = specq(
                 "bench", str(target), "--draft-model", str(drafters[name]), "--engine", "lmdeploy",
