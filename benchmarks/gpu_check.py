@@ -2,18 +2,18 @@
 one directory.
 
     python benchmarks/gpu_check.py --out gpu-check --fa3-source DIR [--small-root ROOT] [--sizes small,medium]
-        [--steps doctor,fa3,toy,awq,draft,bench,plan,tests] [--draft-tokens 3,5,7,11,15]
+        [--steps toy,fa3,doctor,awq,draft,bench,plan,tests] [--draft-tokens 3,5,7,11,15]
         [--bench-targets small-awq] [--quick]
 
 Steps, in order (a failing step is recorded and the next one runs; `summary.json` lists each step's exit code,
 time and output; `sweeps.md` the tables):
-- doctor: `specq doctor --json`.
-- fa3: `specq fa3 build --source DIR TARGETS` — FlashAttention-3 for the served models' head dims and dtypes,
-  self-checked against torch's attention, installed into this environment. Without `--fa3-source` the step
-  is skipped and the speculative steps need an FA3 that is already installed.
 - toy: the targets. small: `ROOT/model` from `--small-root` (the CPU-built toy target that
   `benchmarks/gptq_for_gpu_check.py ROOT` also quantized to `ROOT/gptq`), else `specq toy build`; medium:
   `specq toy build --size medium` on the GPU.
+- fa3: `specq fa3 build --source DIR TARGETS` — FlashAttention-3 for the served models' head dims and dtypes,
+  self-checked against torch's attention, installed into this environment. Without `--fa3-source` the step
+  is skipped and the speculative steps need an FA3 that is already installed.
+- doctor: `specq doctor --json` (after fa3, so its FlashAttention-3 entry names what was built).
 - awq: `specq convert ROOT/gptq --to awq` — the GPTQ checkpoint (gptqmodel, own calibration data, made on
   CPU because the GPU machine has no quantization backend) repacked for LMDeploy's PyTorch engine.
 - draft: `specq draft train TARGET --device cuda --block-size 16` per size (the medium one on more data).
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-STEPS = ("doctor", "fa3", "toy", "awq", "draft", "bench", "plan", "tests")
+STEPS = ("toy", "fa3", "doctor", "awq", "draft", "bench", "plan", "tests")
 
 
 def specq(*args: str) -> list[str]:
@@ -134,8 +134,6 @@ def main() -> int:
         targets["small-awq"] = out / "small-awq"
     drafters = {name: out / f"dflash-{name.split('-')[0]}" for name in targets}
 
-    if "doctor" in steps:
-        record(run_step("doctor", specq("doctor", "--json"), out, 120))
     if "toy" in steps:
         for size in sizes:
             if not targets[size].exists():
@@ -151,6 +149,8 @@ def main() -> int:
                 "fa3", specq("fa3", "build", "--source", str(args.fa3_source), *models, "--json"), out, 900
             )
         )
+    if "doctor" in steps:  # after the FA3 build, so its entry shows what was installed
+        record(run_step("doctor", specq("doctor", "--json"), out, 120))
     if "awq" in steps and args.small_root:
         cmd = specq(
             "convert", str(args.small_root / "gptq"), "--to", "awq", "--out", str(targets["small-awq"])
