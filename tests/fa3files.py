@@ -8,28 +8,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-# Qwen3.5-27B's language model, from public sources: THUDM/slime scripts/models/qwen3.5-27B.sh (64 layers,
-# hidden 5120, ffn 17408, 24 attention heads, 4 query groups, kv_channels 256, vocab 248320, rope base 1e7,
-# partial rotary 0.25) and transformers/vLLM's Qwen3_5TextConfig (`layer_types` of linear_attention /
-# full_attention with full_attention_interval 4; gated-delta-net head dims). Weights are not needed.
+from tests.unit.plan.reference import QWEN35_27B_TEXT
+
+# Qwen3.5-27B (the planner's reference text config, tests/unit/plan/reference.py, whose sources docs/plan.md
+# names; cross-checked against THUDM/slime scripts/models/qwen3.5-27B.sh: kv_channels 256, rope base 1e7,
+# partial rotary 0.25) as its checkpoint's config.json nests it. Weights are not needed.
 QWEN35_27B: dict[str, Any] = {
     "architectures": ["Qwen3_5ForConditionalGeneration"],
     "model_type": "qwen3_5",
     "text_config": {
-        "model_type": "qwen3_5_text",
-        "hidden_size": 5120,
-        "intermediate_size": 17408,
-        "num_hidden_layers": 64,
-        "num_attention_heads": 24,
-        "num_key_value_heads": 4,
-        "head_dim": 256,
-        "vocab_size": 248320,
-        "full_attention_interval": 4,
-        "layer_types": ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(64)],
-        "linear_num_key_heads": 16,
-        "linear_num_value_heads": 48,
-        "linear_key_head_dim": 128,
-        "linear_value_head_dim": 128,
+        **QWEN35_27B_TEXT,
         "partial_rotary_factor": 0.25,
         "rope_theta": 10000000,
         "dtype": "bfloat16",

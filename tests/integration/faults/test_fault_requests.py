@@ -16,6 +16,7 @@ import pytest
 from specq.pipeline.bench.runner import run_bench
 from specq.pipeline.bench.synthetic import SyntheticEngine
 from specq.pipeline.config.models import SpecqConfig
+from specq.pipeline.errors import ProcessFailed
 from specq.pipeline.serve.process import ManagedProcess, free_port
 
 from .conftest import assert_one_line
@@ -96,9 +97,12 @@ def test_sweep_survives_a_server_killed_mid_run(tmp_path):
             engine.start = start_then_kill  # type: ignore[method-assign]
         return engine
 
-    report = run_bench(cfg, engine_factory=factory)
-    by = {r.label: r for r in report.runs}
-    assert by["k=3"].status == "server-failed" and "died" in (by["k=3"].reason or "")
-    assert by["baseline"].status == "ok" and by["k=4"].status == "ok"
+    # A run that measured nothing fails the benchmark (exit 5), after the whole report is written.
+    with pytest.raises(ProcessFailed, match="k=3@c1 measured nothing: the server died"):
+        run_bench(cfg, engine_factory=factory)
     saved = json.loads((tmp_path / "out" / "report.json").read_text())
+    by = {r["label"]: r for r in saved["runs"]}
+    assert by["k=3"]["status"] == "server-failed" and "died" in (by["k=3"]["reason"] or "")
+    assert by["baseline"]["status"] == "ok" and by["k=4"]["status"] == "ok"
     assert [r["status"] for r in saved["runs"]] == ["ok", "server-failed", "ok"]
+    assert saved["complete"] is False
