@@ -275,7 +275,7 @@ def nvcc_version(nvcc: str) -> tuple[int, int] | None:
 
 
 def _torch_cuda() -> str | None:
-    import torch
+    import torch  # the caller checked that it imports
 
     return torch.version.cuda
 
@@ -307,6 +307,11 @@ def probe_toolchain() -> tuple[Toolchain, list[str]]:
     if tc.torch_version is None:
         problems.append("torch is not installed: FA3 builds against this environment's torch "
                         "(pip install 'specq[ml]' with a CUDA build of torch)")  # fmt: skip
+    elif reason := hardware.try_import("torch"):
+        problems.append(
+            f"torch {tc.torch_version} does not import ({reason}): repair this environment's torch "
+            "(a CUDA build with the CUDA libraries it was built against)"
+        )
     else:
         tc.torch_cuda = _torch_cuda()
         if tc.torch_cuda is None:

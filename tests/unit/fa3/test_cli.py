@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -209,6 +210,18 @@ def test_torch_without_cuda_exits_4(cli, checkout: Path, models, tmp_path: Path)
         env=_env(CUDA_HOME=str(home)),
     )
     assert code == 4 and "has no CUDA" in _one_error_line(err)
+
+
+def test_torch_that_does_not_import_exits_4(cli, checkout: Path, models, tmp_path: Path, monkeypatch) -> None:
+    """A torch whose CUDA libraries are missing (seen: a CUDA wheel without its nvidia-* packages raises
+    `ImportError: libcudnn.so.9`) is named as the environment problem, not reported as a bug."""
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+    home = fake_nvcc(tmp_path, "12.8")
+    code, _, err = cli(
+        "fa3", "build", "--source", str(checkout), str(models[0]), "--arch", "sm90",
+        env=_env(CUDA_HOME=str(home)),
+    )  # fmt: skip
+    assert code == 4 and "does not import (ModuleNotFoundError" in _one_error_line(err)
 
 
 def test_dry_run_notes_what_a_build_would_stop_on(cli, checkout: Path, models, tmp_path: Path) -> None:
