@@ -1,7 +1,7 @@
 """The drafter side of `specq convert`: what kind of drafter a checkpoint is, which LMDeploy speculative
 method that means, whether it fits the target, and the largest draft-token count the pair allows.
 
-The compatibility checks themselves are the serve stage's `specq.pipeline.serve.compat.check_draft` (DFlash
+The compatibility checks themselves are `engines.speculation.check_draft` (DFlash
 `num_target_layers`, `target_layer_ids`, `block_size` ≥ K + 1, hidden size, vocabulary; EAGLE hidden size; a
 plain draft model's tokenizer), so `specq convert` and `specq serve` give the same answers. One rule is added
 here: a DFlash drafter must not read the target's last layer (issue 10: transformers returns it post-norm,
@@ -9,9 +9,8 @@ LMDeploy uses it pre-norm)."""
 
 from __future__ import annotations
 
-from specq.pipeline.checkpoint import Checkpoint
-from specq.pipeline.serve.compat import KIND_TO_METHOD, MAX_DRAFT_TOKENS, check_draft
-
+from ..checkpoint import Checkpoint
+from ..engines.speculation import KIND_TO_METHOD, MAX_DRAFT_TOKENS, check_draft
 from .verdict import DraftReport
 
 Engine = str  # "lmdeploy" | "embedded", as check_draft takes it

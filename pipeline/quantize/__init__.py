@@ -19,13 +19,13 @@ from ..calibration import CalibrationReport
 from ..checkpoint import Checkpoint, validate_checkpoint
 from ..config import SpecqConfig, config_to_toml
 from ..config.models import QuantizeSection
+from ..engines.turbomind import turbomind_problems
 from ..errors import EnvironmentMissing, InputError, UsageError
 from ..fsutil import atomic_dir, atomic_write_text, check_writable
 from ..hardware import cuda_usable, package_version
 from ..progress import Progress, null_progress
 from .backends import BACKENDS, REFUSED, Backend, Job, resolve_backend
 from .quality import QualityReport
-from .turbomind import turbomind_problems
 
 SCHEMA_VERSION = 1
 REPORT_FILE = "quant_report.json"
@@ -133,7 +133,7 @@ def speculative_shape_warnings(ckpt: Checkpoint, method: str, cfg: QuantizeSecti
     AWQ (or GPTQ repacked to AWQ), read from the unquantized weights' headers before any work is done."""
     if cfg.target != "speculative" or method not in ("awq", "gptq") or not ckpt.has_weights:
         return []  # (a .bin-only model has no headers to read: the check is skipped)
-    from ..convert.compat import fused_alignment_problems
+    from ..engines.pytorch import fused_alignment_problems
 
     outputs = {
         name.removesuffix(".weight"): t.shape[0]

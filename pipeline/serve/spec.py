@@ -14,9 +14,9 @@ from pathlib import Path
 from .. import hardware
 from ..checkpoint import Checkpoint, validate_checkpoint
 from ..config.models import SpecqConfig
+from ..engines.speculation import KIND_TO_METHOD, MTP_METHODS, check_draft
 from ..errors import UsageError
 from ..progress import Progress, null_progress
-from .compat import KIND_TO_METHOD, MTP_METHODS, check_draft
 from .process import free_port
 
 
@@ -144,7 +144,7 @@ def resolve_spec(cfg: SpecqConfig, progress: Progress = null_progress) -> ServeS
                 "(engine.enable_prefix_caching = false)"
             )
         if backend == "pytorch":
-            from ..convert.compat import pytorch_engine_refusal
+            from ..engines.pytorch import pytorch_engine_refusal
 
             refusal = pytorch_engine_refusal(target)
             if refusal:

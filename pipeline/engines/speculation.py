@@ -1,6 +1,8 @@
-"""Draft/target compatibility checks for `specq serve` (also run by `specq convert`): what would otherwise
-fail minutes into a GPU launch, or silently produce garbage. Reads config.json and tokenizer files only (no
-torch). Each problem is one line; callers raise them as exit-2 errors."""
+"""Speculative decoding's rules, for `specq serve` (and `--dry-run`), `specq convert` and the config: which
+methods each server runs, the draft-token range (defined here only), and every reason a drafter cannot
+speculate for a target — what would otherwise fail minutes into a GPU launch, or silently produce garbage.
+Reads config.json and tokenizer files only (no torch). Each problem is one line; callers raise them as
+exit-2 errors."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ MTP_METHODS = ("qwen3_5_mtp", "deepseek_mtp", "hy3_mtp")
 DRAFT_METHODS = ("dflash", "eagle3", "eagle", "draft")  # methods that need a separate draft checkpoint
 LMDEPLOY_METHODS = ("dflash", "eagle3", "eagle", *MTP_METHODS)
 EMBEDDED_METHODS = ("draft",)
-MAX_DRAFT_TOKENS = 15
+MAX_DRAFT_TOKENS = 15  # draft tokens per step: 0 (no speculation) .. 15, as LMDeploy 0.18 allows
 # What each drafter kind (Checkpoint.draft_kind) is served with.
 KIND_TO_METHOD = {"dflash": "dflash", "eagle3": "eagle3", "eagle": "eagle", "model": "draft"}
 
