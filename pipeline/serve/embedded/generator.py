@@ -243,9 +243,7 @@ def _load(cls: Any, path: str, torch_dtype: Any, device: str, trust_remote_code:
     ckpt = Checkpoint(Path(path))
     quant = ckpt.quantization
     if quant is not None and quant.method in ("gptq", "awq") and module_present("gptqmodel"):
-        # transformers itself needs optimum for GPTQ; gptqmodel (the quantize backend) runs both formats
-        # on CPU and CUDA, and quantize's quality report already loads checkpoints this way.
-        from ...quantize.quality import load_quantized
+        from ...engines.embedded import load_quantized
 
         try:
             return load_quantized(Path(path), device)
