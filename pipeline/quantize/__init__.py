@@ -20,9 +20,9 @@ from ..checkpoint import Checkpoint, validate_checkpoint
 from ..config import SpecqConfig, config_to_toml
 from ..config.models import QuantizeSection
 from ..engines.turbomind import turbomind_problems
-from ..errors import EnvironmentMissing, InputError, UsageError
+from ..errors import InputError, UsageError
 from ..fsutil import atomic_dir, atomic_write_text, check_writable
-from ..hardware import cuda_usable, package_version
+from ..hardware import package_version, pick_device
 from ..progress import Progress, null_progress
 from .backends import BACKENDS, REFUSED, Backend, Job, resolve_backend
 from .quality import QualityReport
@@ -79,14 +79,6 @@ def resolve_method(cfg: QuantizeSection) -> tuple[str, bool]:
     method = cfg.method or ("awq" if cfg.target == "speculative" else "gptq")
     sym = cfg.sym if cfg.sym is not None else method == "gptq"
     return method, sym
-
-
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if cuda_usable() else "cpu"
-    if device == "cuda" and not cuda_usable():
-        raise EnvironmentMissing("--device cuda: no usable CUDA GPU here; use --device cpu or auto")
-    return device
 
 
 def checkpoint_bytes(path: Path) -> int:
@@ -175,7 +167,7 @@ def quantize(
         raise InputError(f"{out} already exists; choose another --out or remove it")
     validate_checkpoint(ckpt, role="model")
     check_writable(out, need_bytes=ckpt.file_bytes // 4)  # 4-bit weights at least; before calibration
-    device = resolve_device(cfg.device)
+    device = pick_device(cfg.device)
     from ..calibration import Calibration, load_calibration, load_tokenizer
 
     assert cfg.calib is not None

@@ -96,12 +96,9 @@ class Generator:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        if device == "cuda" and not torch.cuda.is_available():
-            raise EnvironmentMissing(
-                "--device cuda was asked for but torch sees no CUDA GPU; use --device cpu"
-            )
+        from ...hardware import pick_device
+
+        device = pick_device(device)
         self.device = device
         torch_dtype: Any = "auto" if dtype == "auto" else getattr(torch, DTYPES[dtype])
         if dtype == "auto" and device == "cpu":
