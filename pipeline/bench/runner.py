@@ -35,6 +35,7 @@ from ..report.models import (
     WorkloadInfo,
 )
 from ..serve.engine import Engine
+from ..workload import Workload, build_workload
 from .analysis import (
     aggregate,
     client_decode_rate,
@@ -51,7 +52,6 @@ from .client import RequestSpec, TokenCounter, load_token_counter, run_requests
 from .limits import check_prompt_lengths
 from .metrics import Scrape, acceptance, scrape, server_check, settled_scrape
 from .telemetry import TelemetrySampler
-from .workload import Workload, build_workload
 
 EngineFactory = Callable[[SpecqConfig, Path, Progress], Engine]
 CLIENT_DISAGREEMENT = 0.15  # tokens/chunk vs τ: flag beyond this relative difference
