@@ -10,7 +10,7 @@ LMDeploy uses it pre-norm)."""
 from __future__ import annotations
 
 from ..checkpoint import Checkpoint
-from ..engines.speculation import KIND_TO_METHOD, MAX_DRAFT_TOKENS, check_draft
+from ..engines.speculation import KIND_TO_METHOD, MAX_DRAFT_TOKENS, check_draft, draft_tokens_limit
 from .verdict import DraftReport
 
 Engine = str  # "lmdeploy" | "embedded", as check_draft takes it
@@ -24,9 +24,7 @@ def target_has_mtp(target: Checkpoint) -> bool:
 
 def max_draft_tokens(draft: Checkpoint | None) -> int:
     if draft is not None and draft.draft_kind == "dflash":
-        block = int((draft.config.get("dflash_config") or {}).get("block_size") or 0)
-        if block > 1:
-            return min(MAX_DRAFT_TOKENS, block - 1)
+        return draft_tokens_limit(int((draft.config.get("dflash_config") or {}).get("block_size") or 0))
     return MAX_DRAFT_TOKENS
 
 

@@ -17,6 +17,16 @@ DRAFT_METHODS = ("dflash", "eagle3", "eagle", "draft")  # methods that need a se
 LMDEPLOY_METHODS = ("dflash", "eagle3", "eagle", *MTP_METHODS)
 EMBEDDED_METHODS = ("draft",)
 MAX_DRAFT_TOKENS = 15  # draft tokens per step: 0 (no speculation) .. 15, as LMDeploy 0.18 allows
+
+
+def draft_tokens_limit(block_size: int | None) -> int:
+    """The largest draft-token count a method allows: a DFlash drafter's `block_size` − 1 (its block holds
+    the last accepted token and the drafts), else MAX_DRAFT_TOKENS."""
+    if block_size is not None and block_size > 1:
+        return min(MAX_DRAFT_TOKENS, block_size - 1)
+    return MAX_DRAFT_TOKENS
+
+
 # What each drafter kind (Checkpoint.draft_kind) is served with.
 KIND_TO_METHOD = {"dflash": "dflash", "eagle3": "eagle3", "eagle": "eagle", "model": "draft"}
 
