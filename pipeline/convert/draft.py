@@ -10,10 +10,9 @@ LMDeploy uses it pre-norm)."""
 from __future__ import annotations
 
 from ..checkpoint import Checkpoint
+from ..engines import ServerName
 from ..engines.speculation import KIND_TO_METHOD, MAX_DRAFT_TOKENS, check_draft, draft_tokens_limit
 from .verdict import DraftReport
-
-Engine = str  # "lmdeploy" | "embedded", as check_draft takes it
 
 
 def target_has_mtp(target: Checkpoint) -> bool:
@@ -29,7 +28,7 @@ def max_draft_tokens(draft: Checkpoint | None) -> int:
 
 
 def pair_problems(
-    target: Checkpoint, draft: Checkpoint | None, draft_tokens: int | None, engine: Engine
+    target: Checkpoint, draft: Checkpoint | None, draft_tokens: int | None, engine: ServerName
 ) -> list[str]:
     """Why `draft` (None: the target's MTP head) cannot speculate for `target` on `engine`."""
     k = draft_tokens if draft_tokens is not None else 1  # without K, only K-independent checks bite
@@ -50,7 +49,7 @@ def draft_report(
             )
         return None
     kind = draft.draft_kind
-    engine = "embedded" if kind == "model" else "lmdeploy"
+    engine: ServerName = "embedded" if kind == "model" else "lmdeploy"
     return DraftReport(
         path=str(draft.path),
         kind=kind,

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from ..checkpoint import Checkpoint, validate_checkpoint
+from ..engines import ServerName
 from ..engines.embedded import embedded_verdict
 from ..engines.pytorch import pytorch_engine_verdict
 from ..engines.turbomind import turbomind_verdict
@@ -48,7 +49,7 @@ def _with_draft(
 ) -> EngineVerdict:
     if v.engine == "turbomind":
         return v.model_copy(update={"reasons": v.reasons + ["plain decoding only (no speculative decoding)"]})
-    engine = "lmdeploy" if v.engine == "pytorch" else "embedded"
+    engine: ServerName = "lmdeploy" if v.engine == "pytorch" else "embedded"
     problems = pair_problems(target, draft_ckpt, k, engine)
     if problems:
         v = _worst(v, "refused", problems)

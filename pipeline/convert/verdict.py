@@ -7,7 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..engines.verdict import EngineName, EngineVerdict
+from ..engines import EngineName
+from ..engines.verdict import EngineVerdict
 
 
 class DraftReport(BaseModel):

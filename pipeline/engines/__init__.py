@@ -5,6 +5,11 @@ read (`layout.py`), the draft/target rules of speculative decoding and the draft
 tokenizer files and safetensors headers (no torch at import); `convert`, `quantize`, `serve` and `toy` ask
 them, so each rule is written once.
 
-"Engine" means one thing per place: here, the engine that loads the weights (`verdict.EngineName`:
-turbomind | pytorch | embedded); `--engine` / `engine.engine` is the server specq starts (lmdeploy |
-embedded, `serve/registry.py`); `serve.engine.Engine` is the handle on that running server."""
+"Engine" means one thing per name: `EngineName` is the engine that loads the weights (turbomind | pytorch |
+embedded); `ServerName` is the server specq starts (`--engine` / `engine.engine`: lmdeploy | embedded,
+`serve/registry.py`); `serve.engine.Engine` is the handle on that running server."""
+
+from typing import Literal
+
+EngineName = Literal["turbomind", "pytorch", "embedded"]
+ServerName = Literal["lmdeploy", "embedded"]

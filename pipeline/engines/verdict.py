@@ -9,7 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-EngineName = Literal["turbomind", "pytorch", "embedded"]
+from . import EngineName
+
 Status = Literal["accepted", "refused", "fixable"]
 ENGINE_LABELS: dict[str, str] = {
     "turbomind": "TurboMind",
