@@ -14,7 +14,6 @@ from pathlib import Path
 from .. import hardware
 from ..checkpoint import Checkpoint, validate_checkpoint
 from ..config.models import SpecqConfig
-from ..convert.cast import cast_drafter
 from ..engines.speculation import KIND_TO_METHOD, MTP_METHODS, check_draft
 from ..errors import UsageError
 from ..progress import Progress, null_progress
@@ -194,6 +193,8 @@ def write_fp16_copy(spec: ServeSpec, progress: Progress = null_progress) -> None
     """Write the fp16 copy of the drafter, when one is needed and not cached yet (convert's cast_drafter)."""
     if spec.draft_fp16 is None or spec.draft is None or spec.draft_fp16.exists():
         return
+    from ..convert.cast import cast_drafter  # numpy: only when a copy is written, not at `specq --help`
+
     progress(f"writing an fp16 copy of {spec.draft.path} to {spec.draft_fp16}")
     spec.draft_fp16.parent.mkdir(parents=True, exist_ok=True)
     cast_drafter(spec.draft.path, spec.draft_fp16, dtype="float16", progress=progress)
