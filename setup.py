@@ -13,5 +13,5 @@ for name, folder in ROOTS.items():
 setup(
     package_dir=ROOTS,
     packages=packages,
-    package_data={"": ["*.toml", "*.jsonl", "*.json", "*.txt"], "specq.pipeline.bench": ["suites/*.jsonl"]},
+    package_data={"": ["*.toml", "*.jsonl", "*.json", "*.txt"], "specq.pipeline.workload": ["suites/*.jsonl"]},
 )

@@ -19,7 +19,7 @@ import statistics
 from specq.pipeline.bench.analysis import aggregate
 from specq.pipeline.bench.client import RequestSpec, per_token_latencies, run_requests
 from specq.pipeline.bench.synthetic import start_server, stop_server
-from specq.pipeline.bench.workload import build_workload
+from specq.pipeline.workload import build_workload
 
 
 def _err(meas: list[float], true: list[float]) -> float:

@@ -1,16 +1,21 @@
-"""What the machine has: GPUs through NVML (nvidia-ml-py), optional packages by import, FlashAttention-3.
-Shared by `doctor`, serve preflight and the benchmark's report header. Nothing here imports torch unless a
-function says so."""
+"""What the machine has: GPUs through NVML (nvidia-ml-py), optional packages by import, FlashAttention-3,
+and the one place a stage picks its torch device and CPU thread count. Shared by `doctor`, serve preflight,
+the benchmark's report header and every stage that runs torch. Nothing here imports torch unless a function
+says so."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+
+from .errors import EnvironmentMissing, missing_package
 
 
 class GpuInfo(BaseModel):
@@ -137,3 +142,31 @@ def cuda_usable() -> bool:
         return bool(torch.cuda.is_available())
     except Exception:
         return False
+
+
+def pick_device(requested: str) -> str:
+    """`auto` → cuda when torch sees a CUDA device, else cpu; `cuda` without one is an exit-4 error; any other
+    value is returned as asked."""
+    if requested == "auto":
+        return "cuda" if cuda_usable() else "cpu"
+    if requested == "cuda" and not cuda_usable():
+        raise EnvironmentMissing("--device cuda: no usable CUDA GPU here; use --device cpu or auto")
+    return requested
+
+
+@contextlib.contextmanager
+def cpu_threads(threads: int | None) -> Iterator[None]:
+    """Run with `threads` torch CPU threads (None or 0: torch's current count), restoring the previous count
+    afterwards. On a shared CPU, fewer threads than cores avoids OpenMP spin-waiting (the measurement is in
+    docs/performance.md, "Threads on a shared CPU")."""
+    try:
+        import torch
+    except ImportError:
+        raise missing_package("torch", "ml") from None
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..checkpoint import Checkpoint
+from ..engines.speculation import MAX_DRAFT_TOKENS
 from ..report.models import (
     BenchReport,
     BestK,
@@ -340,7 +341,7 @@ def edge_note(measured: dict[int, float], k_limit: int | None) -> tuple[int | No
         return None, None
     best = max(measured, key=lambda k: measured[k])
     ks = sorted(measured)
-    limit = k_limit if k_limit is not None else 15
+    limit = k_limit if k_limit is not None else MAX_DRAFT_TOKENS
     if len(ks) > 1 and best == ks[-1] and best < limit:
         return best, (
             f"the best measured k={best} is the largest measured: a larger k may be faster "

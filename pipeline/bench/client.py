@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..report.models import RequestRecord, TokenSource
-from .workload import Mode, Prompt
+from ..workload import Mode, Prompt
 
 
 class TokenCounter(Protocol):

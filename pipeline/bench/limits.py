@@ -8,8 +8,8 @@ from pathlib import Path
 
 from ..checkpoint import Checkpoint
 from ..errors import InputError, SpecqError
+from ..workload import Workload
 from .client import TokenCounter
-from .workload import Workload
 
 CHAT_TEMPLATE_MARGIN = 16  # role markers and the generation prompt a chat template adds per request
 

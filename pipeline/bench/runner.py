@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..config.models import SpecqConfig
+from ..engines.speculation import draft_tokens_limit
 from ..errors import ProcessFailed, SpecqError
 from ..fsutil import check_writable
 from ..hardware import list_gpus, lmdeploy_version, package_version
@@ -35,6 +36,7 @@ from ..report.models import (
     WorkloadInfo,
 )
 from ..serve.engine import Engine
+from ..workload import Workload, build_workload
 from .analysis import (
     aggregate,
     client_decode_rate,
@@ -51,7 +53,6 @@ from .client import RequestSpec, TokenCounter, load_token_counter, run_requests
 from .limits import check_prompt_lengths
 from .metrics import Scrape, acceptance, scrape, server_check, settled_scrape
 from .telemetry import TelemetrySampler
-from .workload import Workload, build_workload
 
 EngineFactory = Callable[[SpecqConfig, Path, Progress], Engine]
 CLIENT_DISAGREEMENT = 0.15  # tokens/chunk vs τ: flag beyond this relative difference
@@ -392,15 +393,15 @@ def default_draft_tokens(block_size: int | None) -> list[int]:
     block_size − 1 (every k to 7, then every 4th, always ending at block_size − 1)."""
     if block_size is None:
         return list(DEFAULT_DRAFT_TOKENS)
-    top = min(block_size - 1, 15)
+    top = draft_tokens_limit(block_size)
     ks = set(range(min(3, top), min(top, 7) + 1)) | set(range(7, top + 1, 4)) | {top}
     return sorted(ks)
 
 
 def k_limit(cfg: SpecqConfig) -> int | None:
-    """The largest k the method allows, for the best-k note: DFlash block_size − 1, else the config's 15."""
+    """The largest k a DFlash drafter allows (block_size − 1), for the best-k note; None for other methods."""
     bs = dflash_block_size(cfg)
-    return min(bs - 1, 15) if bs is not None else None
+    return draft_tokens_limit(bs) if bs is not None else None
 
 
 def draft_token_values(cfg: SpecqConfig) -> list[int]:

@@ -9,7 +9,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-SPECULATIVE_METHODS = ("dflash", "eagle3", "eagle", "qwen3_5_mtp", "deepseek_mtp", "hy3_mtp", "draft")
+from ..engines.speculation import EMBEDDED_METHODS, LMDEPLOY_METHODS, MAX_DRAFT_TOKENS
+
+SPECULATIVE_METHODS = (*LMDEPLOY_METHODS, *EMBEDDED_METHODS)
 Method = Literal["dflash", "eagle3", "eagle", "qwen3_5_mtp", "deepseek_mtp", "hy3_mtp", "draft"]
 
 
@@ -23,15 +25,10 @@ class ModelSection(Section):
     model_path: str | None = None
     model_name: str | None = Field(None, description="name the server announces; default: directory name")
     draft_model_path: str | None = None
-    num_draft_tokens: int = Field(0, ge=0, le=15, description="draft tokens per step; 0 = no speculation")
+    num_draft_tokens: int = Field(
+        0, ge=0, le=MAX_DRAFT_TOKENS, description="draft tokens per step; 0 = no speculation"
+    )
     trust_remote_code: bool = False
-
-    @field_validator("num_draft_tokens")
-    @classmethod
-    def _k_range(cls, v: int) -> int:
-        if v > 15:
-            raise ValueError("must be in 0..15")
-        return v
 
 
 class EngineSection(Section):
@@ -242,9 +239,9 @@ class BenchSection(Section):
     def _ks(cls, v: list[int] | None) -> list[int] | None:
         if v is None:
             return v
-        bad = [k for k in v if not 0 <= k <= 15]
+        bad = [k for k in v if not 0 <= k <= MAX_DRAFT_TOKENS]
         if bad:
-            raise ValueError(f"draft token counts must be in 0..15, not {int_ranges(bad)}")
+            raise ValueError(f"draft token counts must be in 0..{MAX_DRAFT_TOKENS}, not {int_ranges(bad)}")
         return v
 
     @field_validator("concurrency")

@@ -12,11 +12,10 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel
 
-from specq.pipeline.checkpoint import Checkpoint
-from specq.pipeline.errors import InputError, UsageError
-from specq.pipeline.fsutil import atomic_dir, atomic_write_text
-from specq.pipeline.progress import Progress, null_progress
-
+from ..checkpoint import Checkpoint
+from ..errors import InputError, UsageError
+from ..fsutil import atomic_dir, atomic_write_text
+from ..progress import Progress, null_progress
 from .st_io import StTensor, read_tensors, write_tensors
 
 FP16_MAX = float(np.finfo(np.float16).max)  # 65504

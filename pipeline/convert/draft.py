@@ -1,7 +1,7 @@
 """The drafter side of `specq convert`: what kind of drafter a checkpoint is, which LMDeploy speculative
 method that means, whether it fits the target, and the largest draft-token count the pair allows.
 
-The compatibility checks themselves are the serve stage's `specq.pipeline.serve.compat.check_draft` (DFlash
+The compatibility checks themselves are `engines.speculation.check_draft` (DFlash
 `num_target_layers`, `target_layer_ids`, `block_size` ≥ K + 1, hidden size, vocabulary; EAGLE hidden size; a
 plain draft model's tokenizer), so `specq convert` and `specq serve` give the same answers. One rule is added
 here: a DFlash drafter must not read the target's last layer (issue 10: transformers returns it post-norm,
@@ -9,12 +9,10 @@ LMDeploy uses it pre-norm)."""
 
 from __future__ import annotations
 
-from specq.pipeline.checkpoint import Checkpoint
-from specq.pipeline.serve.compat import KIND_TO_METHOD, MAX_DRAFT_TOKENS, check_draft
-
+from ..checkpoint import Checkpoint
+from ..engines import ServerName
+from ..engines.speculation import KIND_TO_METHOD, MAX_DRAFT_TOKENS, check_draft, draft_tokens_limit
 from .verdict import DraftReport
-
-Engine = str  # "lmdeploy" | "embedded", as check_draft takes it
 
 
 def target_has_mtp(target: Checkpoint) -> bool:
@@ -25,14 +23,12 @@ def target_has_mtp(target: Checkpoint) -> bool:
 
 def max_draft_tokens(draft: Checkpoint | None) -> int:
     if draft is not None and draft.draft_kind == "dflash":
-        block = int((draft.config.get("dflash_config") or {}).get("block_size") or 0)
-        if block > 1:
-            return min(MAX_DRAFT_TOKENS, block - 1)
+        return draft_tokens_limit(int((draft.config.get("dflash_config") or {}).get("block_size") or 0))
     return MAX_DRAFT_TOKENS
 
 
 def pair_problems(
-    target: Checkpoint, draft: Checkpoint | None, draft_tokens: int | None, engine: Engine
+    target: Checkpoint, draft: Checkpoint | None, draft_tokens: int | None, engine: ServerName
 ) -> list[str]:
     """Why `draft` (None: the target's MTP head) cannot speculate for `target` on `engine`."""
     k = draft_tokens if draft_tokens is not None else 1  # without K, only K-independent checks bite
@@ -53,7 +49,7 @@ def draft_report(
             )
         return None
     kind = draft.draft_kind
-    engine = "embedded" if kind == "model" else "lmdeploy"
+    engine: ServerName = "embedded" if kind == "model" else "lmdeploy"
     return DraftReport(
         path=str(draft.path),
         kind=kind,

@@ -10,15 +10,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specq.pipeline.checkpoint import Checkpoint, validate_checkpoint
-from specq.pipeline.errors import EnvironmentMissing, SpecqError, UsageError
-from specq.pipeline.fsutil import atomic_write_text
-from specq.pipeline.hardware import lmdeploy_version, module_present
-
-from .compat import embedded_verdict, pytorch_engine_verdict
+from ..checkpoint import Checkpoint, validate_checkpoint
+from ..engines import ServerName
+from ..engines.embedded import embedded_verdict
+from ..engines.pytorch import pytorch_engine_verdict
+from ..engines.turbomind import turbomind_verdict
+from ..engines.verdict import EngineVerdict, cast_command
+from ..errors import EnvironmentMissing, SpecqError, UsageError
+from ..fsutil import atomic_write_text
+from ..hardware import lmdeploy_version, module_present
 from .draft import draft_report, max_draft_tokens, pair_problems
-from .turbomind import turbomind_verdict
-from .verdict import ConvertReport, DraftReport, EngineVerdict, cast_command
+from .verdict import ConvertReport, DraftReport
 
 MANIFEST = "specq-manifest.json"
 ORDER = {"accepted": 0, "fixable": 1, "refused": 2}
@@ -47,7 +49,7 @@ def _with_draft(
 ) -> EngineVerdict:
     if v.engine == "turbomind":
         return v.model_copy(update={"reasons": v.reasons + ["plain decoding only (no speculative decoding)"]})
-    engine = "lmdeploy" if v.engine == "pytorch" else "embedded"
+    engine: ServerName = "lmdeploy" if v.engine == "pytorch" else "embedded"
     problems = pair_problems(target, draft_ckpt, k, engine)
     if problems:
         v = _worst(v, "refused", problems)
@@ -102,7 +104,7 @@ def check_readiness(
     q = target.quantization
     report = ConvertReport(
         model=str(target.path),
-        architecture=(target.architectures or [None])[0],
+        architecture=target.architectures[0] if target.architectures else None,
         model_format=model_format(target),
         dtype=target.torch_dtype,
         quantization=q.model_dump(exclude={"raw"}) if q else None,

@@ -24,13 +24,12 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from specq.pipeline.checkpoint import Checkpoint
-from specq.pipeline.errors import InputError
-from specq.pipeline.fsutil import atomic_dir, atomic_write_text
-from specq.pipeline.progress import Progress, null_progress
-
+from ..checkpoint import Checkpoint
+from ..engines.pytorch import repack_blockers
+from ..errors import InputError
+from ..fsutil import atomic_dir, atomic_write_text
+from ..progress import Progress, null_progress
 from .cast import fp16_range_problems, set_config_dtype
-from .compat import repack_blockers
 from .st_io import StTensor, read_tensors, write_tensors
 
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)

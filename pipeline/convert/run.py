@@ -8,16 +8,16 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from specq.pipeline.checkpoint import Checkpoint
-from specq.pipeline.config.models import ConvertSection
-from specq.pipeline.errors import UsageError
-from specq.pipeline.fsutil import check_writable
-from specq.pipeline.progress import Progress, null_progress
-
+from ..checkpoint import Checkpoint
+from ..config.models import ConvertSection
+from ..engines.verdict import sibling
+from ..errors import UsageError
+from ..fsutil import check_writable
+from ..progress import Progress, null_progress
 from .cast import CastResult, cast_drafter
 from .readiness import check_readiness
 from .repack import RepackResult, repack_gptq_to_awq
-from .verdict import ConvertReport, sibling
+from .verdict import ConvertReport
 
 
 class ConvertResult(BaseModel):

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from specq.pipeline.errors import InputError
+from ..errors import InputError
 
 # safetensors dtype name -> numpy dtype of the stored bytes (BF16 as raw uint16).
 NP_DTYPES: dict[str, Any] = {

@@ -1,41 +1,14 @@
-"""The typed results of `specq convert`: one verdict per engine (accepted / refused / fixable with the exact
-`specq convert …` command that fixes it) and the readiness report that `specq-manifest.json` is made from."""
+"""The typed result of `specq convert`: one verdict per engine (`engines.verdict.EngineVerdict`), the
+drafter's report, and the readiness report that `specq-manifest.json` is made from."""
 
 from __future__ import annotations
 
-import shlex
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field
 
-Engine = Literal["turbomind", "pytorch", "embedded"]
-Status = Literal["accepted", "refused", "fixable"]
-ENGINE_LABELS: dict[str, str] = {
-    "turbomind": "TurboMind",
-    "pytorch": "PyTorch engine",
-    "embedded": "embedded",
-}
-
-
-class EngineVerdict(BaseModel):
-    engine: Engine
-    status: Status
-    reasons: list[str] = Field(default_factory=list)
-    fixes: list[str] = Field(default_factory=list, description="exact commands that make it accepted")
-
-    @property
-    def label(self) -> str:
-        return ENGINE_LABELS[self.engine]
-
-    def line(self) -> str:
-        """One line: `PyTorch engine: fixable: <reason>; fix: <command>`."""
-        text = f"{self.label}: {self.status}"
-        if self.reasons:
-            text += ": " + "; ".join(self.reasons)
-        if self.fixes:
-            text += "; fix: " + " && ".join(self.fixes)
-        return text
+from ..engines import EngineName
+from ..engines.verdict import EngineVerdict
 
 
 class DraftReport(BaseModel):
@@ -62,7 +35,7 @@ class ConvertReport(BaseModel):
     manifest: str | None = None
     notes: list[str] = Field(default_factory=list)
 
-    def verdict(self, engine: Engine) -> EngineVerdict:
+    def verdict(self, engine: EngineName) -> EngineVerdict:
         return next(v for v in self.verdicts if v.engine == engine)
 
     @property
@@ -73,18 +46,3 @@ class ConvertReport(BaseModel):
                 if f not in seen:
                     seen.append(f)
         return seen
-
-
-def sibling(path: Path, suffix: str) -> Path:
-    """`DIR-suffix` next to `DIR`: the default output of a fix command."""
-    path = Path(path)
-    return path.with_name(f"{path.name}-{suffix}")
-
-
-def repack_command(model: Path) -> str:
-    return shlex.join(["specq", "convert", str(model), "--to", "awq", "--out", str(sibling(model, "awq"))])
-
-
-def cast_command(draft: Path, dtype: str = "float16") -> str:
-    short = "fp16" if dtype == "float16" else "bf16"
-    return shlex.join(["specq", "convert", str(draft), "--dtype", dtype, "--out", str(sibling(draft, short))])

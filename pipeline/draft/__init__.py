@@ -37,7 +37,7 @@ def evaluate_drafter(
     from .eval import evaluate_checkpoint
 
     if suite is not None:
-        from ..bench.workload import build_workload
+        from ..workload import build_workload
 
         work = build_workload(suite=suite, prompts_file=None, dataset=None, field="text", requests=requests)
         chat = ([p.as_messages() for p in work.prompts], max_tokens, f"{work.source}, {max_tokens} tokens")

@@ -24,7 +24,7 @@ class Texts:
 
 
 def _toy_corpus() -> Texts:
-    from specq.pipeline.toy.corpus import load_corpus
+    from ..toy.corpus import load_corpus
 
     corpus = load_corpus()
     return Texts(list(corpus.train), list(corpus.heldout), "toy corpus")
@@ -71,7 +71,7 @@ def _calibration(source: str, tokenizer: Path | None) -> list[str] | None:
     tokenizer to load with."""
     if tokenizer is None:
         return None
-    from specq.pipeline.calibration import load_calibration
+    from ..calibration import load_calibration
 
     result = load_calibration(source, tokenizer, samples=1, seqlen=64, heldout_samples=0)
     texts = [t for t in (getattr(result, "texts", None) or []) if isinstance(t, str) and t.strip()]

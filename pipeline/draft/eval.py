@@ -199,7 +199,7 @@ def evaluate_checkpoint(
 ) -> DraftEvalReport:
     """`specq draft eval`: validate the drafter against the contract and the target, then measure it on
     held-out `texts`, or on `chat` = (conversations, new tokens, label) as a chat server would decode them."""
-    from .train import cpu_threads
+    from ..hardware import cpu_threads
 
     with cpu_threads(cfg.threads):
         return _evaluate(target_path, draft_path, texts, cfg, progress, chat)
@@ -213,8 +213,8 @@ def _evaluate(
     progress: Progress,
     chat: tuple[list[list[dict[str, str]]], int, str] | None,
 ) -> DraftEvalReport:
+    from ..hardware import pick_device
     from .data import Target
-    from .train import pick_device
 
     t0 = time.perf_counter()
     draft, target_ckpt = Checkpoint(draft_path), Checkpoint(target_path)

@@ -23,11 +23,11 @@ from pydantic import BaseModel, Field
 
 from ..checkpoint import DTYPE_BYTES, Checkpoint, validate_checkpoint
 from ..config.models import SpecqConfig
+from ..engines import ServerName
 from ..errors import ConfigError, EnvironmentMissing, InputError
 from .shapes import ModelShape, estimate_weights, shape_from_config
 
 SCHEMA_VERSION = 1
-Engine = Literal["lmdeploy", "embedded"]
 
 # LMDeploy 0.18 PyTorch engine constants (see docs/plan.md for the source lines).
 LMDEPLOY_BLOCK_SIZE = 64  # PytorchEngineConfig.block_size
@@ -101,7 +101,7 @@ class MemoryPlan(BaseModel):
     """What `specq plan` reports; `fits` is the verdict, `advice` what would fit when it does not."""
 
     schema_version: int = SCHEMA_VERSION
-    engine: Engine
+    engine: ServerName
     gpu_memory_bytes: int
     gpu_memory_source: str
     batch: int
@@ -200,7 +200,7 @@ def _analyse(
 # ---- the plan ----------------------------------------------------------------------------------------------
 
 
-def _engine_of(cfg: SpecqConfig, engine: Engine | None) -> Engine:
+def _engine_of(cfg: SpecqConfig, engine: ServerName | None) -> ServerName:
     if engine:
         return engine
     if cfg.plan.engine:
@@ -225,7 +225,7 @@ def _gpu_memory(cfg: SpecqConfig, gpu_memory_bytes: int | None) -> tuple[int, st
     return g.memory_total_bytes, f"NVML GPU 0: {g.name}"
 
 
-def _compute_dtype(model: _Model, engine: Engine, cfg: SpecqConfig) -> tuple[str, int]:
+def _compute_dtype(model: _Model, engine: ServerName, cfg: SpecqConfig) -> tuple[str, int]:
     """The dtype activations and the KV cache use. LMDeploy: 'auto' runs fp32/fp16 models in fp16, bf16
     models in bf16, AWQ/GPTQ targets in fp16. Embedded: the checkpoint's dtype unless engine.dtype says."""
     want = cfg.engine.dtype
@@ -239,7 +239,7 @@ def _compute_dtype(model: _Model, engine: Engine, cfg: SpecqConfig) -> tuple[str
     return dt, _dtype_bytes(dt)
 
 
-def _kv_per_token(shape: ModelShape, kv_dtype: str, act_bytes: int, engine: Engine, session: int) -> int:
+def _kv_per_token(shape: ModelShape, kv_dtype: str, act_bytes: int, engine: ServerName, session: int) -> int:
     """KV bytes per cached token. LMDeploy's paged cache holds every attention layer at full length; the
     embedded engine's sliding layers keep at most `sliding_window` tokens (averaged over `session`)."""
     if kv_dtype == "int8":
@@ -269,7 +269,7 @@ def plan_memory(
     cfg: SpecqConfig | None = None,
     *,
     gpu_memory_bytes: int | None = None,
-    engine: Engine | None = None,
+    engine: ServerName | None = None,
     cache_max_entry_count: float | None = None,
 ) -> MemoryPlan:
     """Plan GPU memory for serving `target` (and `draft`) as `cfg` describes. Raises InputError for unreadable

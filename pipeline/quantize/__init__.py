@@ -19,13 +19,13 @@ from ..calibration import CalibrationReport
 from ..checkpoint import Checkpoint, validate_checkpoint
 from ..config import SpecqConfig, config_to_toml
 from ..config.models import QuantizeSection
-from ..errors import EnvironmentMissing, InputError, UsageError
+from ..engines.turbomind import turbomind_problems
+from ..errors import InputError, UsageError
 from ..fsutil import atomic_dir, atomic_write_text, check_writable
-from ..hardware import cuda_usable, package_version
+from ..hardware import package_version, pick_device
 from ..progress import Progress, null_progress
 from .backends import BACKENDS, REFUSED, Backend, Job, resolve_backend
 from .quality import QualityReport
-from .turbomind import turbomind_problems
 
 SCHEMA_VERSION = 1
 REPORT_FILE = "quant_report.json"
@@ -81,14 +81,6 @@ def resolve_method(cfg: QuantizeSection) -> tuple[str, bool]:
     return method, sym
 
 
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if cuda_usable() else "cpu"
-    if device == "cuda" and not cuda_usable():
-        raise EnvironmentMissing("--device cuda: no usable CUDA GPU here; use --device cpu or auto")
-    return device
-
-
 def checkpoint_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.iterdir() if p.suffix in (".safetensors", ".bin"))
 
@@ -133,7 +125,7 @@ def speculative_shape_warnings(ckpt: Checkpoint, method: str, cfg: QuantizeSecti
     AWQ (or GPTQ repacked to AWQ), read from the unquantized weights' headers before any work is done."""
     if cfg.target != "speculative" or method not in ("awq", "gptq") or not ckpt.has_weights:
         return []  # (a .bin-only model has no headers to read: the check is skipped)
-    from ..convert.compat import fused_alignment_problems
+    from ..engines.pytorch import fused_alignment_problems
 
     outputs = {
         name.removesuffix(".weight"): t.shape[0]
@@ -175,7 +167,7 @@ def quantize(
         raise InputError(f"{out} already exists; choose another --out or remove it")
     validate_checkpoint(ckpt, role="model")
     check_writable(out, need_bytes=ckpt.file_bytes // 4)  # 4-bit weights at least; before calibration
-    device = resolve_device(cfg.device)
+    device = pick_device(cfg.device)
     from ..calibration import Calibration, load_calibration, load_tokenizer
 
     assert cfg.calib is not None

@@ -62,7 +62,7 @@ class Backend:
 
     def load(self) -> BackendRunner:
         mod_name, _, func = self.runner.partition(":")
-        mod = importlib.import_module(f"specq.pipeline.quantize.{mod_name}")
+        mod = importlib.import_module(f".{mod_name}", __package__)
         runner: BackendRunner = getattr(mod, func)
         return runner
 

@@ -1,15 +1,16 @@
 """How much quantization cost: perplexity of the original and the quantized model on held-out packed text,
 and the cosine between their next-token logits on a few prompts. The quantized checkpoint is loaded the way
-a user would load it (gptqmodel for GPTQ/AWQ, transformers for compressed-tensors)."""
+a user would load it, by the loader the embedded engine uses (`engines.embedded.load_quantized`)."""
 
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+
+from ..engines.embedded import load_quantized
 
 PROMPT_TOKENS = 32
 PROMPTS = 4
@@ -31,21 +32,6 @@ def load_original(model: Path, device: str) -> Any:
 
     m = AutoModelForCausalLM.from_pretrained(str(model), dtype=torch.float32, device_map=device)
     return m.eval()
-
-
-def load_quantized(path: Path, device: str) -> Any:
-    import json
-
-    cfg = json.loads((path / "config.json").read_text())
-    method = str((cfg.get("quantization_config") or {}).get("quant_method", "")).lower()
-    if method in ("gptq", "awq"):
-        os.environ.setdefault("GPTQMODEL_CPU_WORKERS", str(min(2, os.cpu_count() or 1) or 1))
-        from gptqmodel import GPTQModel
-
-        return GPTQModel.load(str(path), device=device).model.eval()
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(str(path), device_map=device).eval()
 
 
 def _device_of(model: Any) -> Any:

@@ -11,8 +11,8 @@ from .base import ProcessEngine
 from .spec import ServeSpec
 
 ENGINES: dict[str, tuple[str, str]] = {
-    "lmdeploy": ("specq.pipeline.serve.lmdeploy", "LMDeployEngine"),
-    "embedded": ("specq.pipeline.serve.embedded", "EmbeddedEngine"),
+    "lmdeploy": (".lmdeploy", "LMDeployEngine"),
+    "embedded": (".embedded", "EmbeddedEngine"),
 }
 
 
@@ -20,5 +20,7 @@ def build_engine(
     spec: ServeSpec, cfg: SpecqConfig, run_dir: Path, progress: Progress = null_progress
 ) -> ProcessEngine:
     module, cls = ENGINES[spec.engine]
-    engine: ProcessEngine = getattr(importlib.import_module(module), cls)(spec, cfg, Path(run_dir), progress)
+    engine: ProcessEngine = getattr(importlib.import_module(module, __package__), cls)(
+        spec, cfg, Path(run_dir), progress
+    )
     return engine

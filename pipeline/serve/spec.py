@@ -14,9 +14,9 @@ from pathlib import Path
 from .. import hardware
 from ..checkpoint import Checkpoint, validate_checkpoint
 from ..config.models import SpecqConfig
+from ..engines.speculation import KIND_TO_METHOD, MTP_METHODS, check_draft
 from ..errors import UsageError
 from ..progress import Progress, null_progress
-from .compat import KIND_TO_METHOD, MTP_METHODS, check_draft
 from .process import free_port
 
 
@@ -144,7 +144,7 @@ def resolve_spec(cfg: SpecqConfig, progress: Progress = null_progress) -> ServeS
                 "(engine.enable_prefix_caching = false)"
             )
         if backend == "pytorch":
-            from ..convert.compat import pytorch_engine_refusal
+            from ..engines.pytorch import pytorch_engine_refusal
 
             refusal = pytorch_engine_refusal(target)
             if refusal:
@@ -193,7 +193,7 @@ def write_fp16_copy(spec: ServeSpec, progress: Progress = null_progress) -> None
     """Write the fp16 copy of the drafter, when one is needed and not cached yet (convert's cast_drafter)."""
     if spec.draft_fp16 is None or spec.draft is None or spec.draft_fp16.exists():
         return
-    from ..convert import cast_drafter
+    from ..convert.cast import cast_drafter  # numpy: only when a copy is written, not at `specq --help`
 
     progress(f"writing an fp16 copy of {spec.draft.path} to {spec.draft_fp16}")
     spec.draft_fp16.parent.mkdir(parents=True, exist_ok=True)

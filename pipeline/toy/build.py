@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from ..errors import InputError, UsageError, missing_package
 from ..fsutil import atomic_dir
+from ..hardware import cpu_threads, pick_device
 from ..progress import Progress, null_progress
 from .acceptance import AcceptanceAtK, heldout_prompts, measure_acceptance
 from .corpus import Corpus, load_corpus
@@ -179,16 +180,6 @@ def _torch() -> Any:
     return torch
 
 
-@contextlib.contextmanager
-def _threads(torch: Any, n: int) -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _build(
     out: Path, size: str, preset: SizePreset, seed: int, corpus: Corpus, key: str, progress: Progress
 ) -> None:
@@ -200,13 +191,13 @@ def _build(
     from .tokenizer import IM_END, train_tokenizer
     from .train import distill_draft, eval_windows, perplexity, token_stream, train_target
 
-    device = "cuda" if size != "small" and torch.cuda.is_available() else "cpu"
+    device = pick_device("auto") if size != "small" else "cpu"
     if size != "small" and device == "cpu":
         progress(f"warning: building the '{size}' pair on CPU will take a long time (meant for a GPU)")
     # One thread: deterministic, and on a shared machine 2+ threads that get preempted are far slower.
     threads = 1 if device == "cpu" else min(4, os.cpu_count() or 1)
     started = time.monotonic()
-    with _threads(torch, threads):
+    with cpu_threads(threads):
         progress(f"training the tokenizer ({preset.vocab_size} tokens) on the standard library's sources")
         tokenizer = train_tokenizer(_take(corpus.train, preset.tokenizer_chars), preset.vocab_size)
         eos = tokenizer.eos_token_id
@@ -333,13 +324,13 @@ def load_pair(pair: ToyPair, device: str = "cpu") -> tuple[Any, Any, Any]:
 
 def remeasure_acceptance(pair: ToyPair, device: str = "cpu") -> list[AcceptanceAtK]:
     """Measure acceptance afresh from the saved models, with the report's prompts and settings."""
-    torch = _torch()
+    _torch()
     report = pair.load_report()
     tokenizer, target, draft = load_pair(pair, device)
     prompts = heldout_prompts(
         tokenizer, load_corpus().heldout, report.acceptance.prompts, report.acceptance.prompt_tokens
     )
-    with _threads(torch, report.torch_threads):
+    with cpu_threads(report.torch_threads):
         return measure_acceptance(
             target, draft, prompts, new_tokens=report.acceptance.new_tokens, max_k=MAX_K, device=device
         )

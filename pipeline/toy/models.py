@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..convert.compat import FUSED_COLUMN_PROJECTIONS, awq_alignment
+from ..engines.pytorch import FUSED_COLUMN_PROJECTIONS, awq_alignment
 
 MAX_POSITIONS = 2048
 AWQ_ALIGN = awq_alignment(bits=4, group_size=128)  # the toy is quantized 4-bit, group 128

@@ -96,12 +96,9 @@ class Generator:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        if device == "cuda" and not torch.cuda.is_available():
-            raise EnvironmentMissing(
-                "--device cuda was asked for but torch sees no CUDA GPU; use --device cpu"
-            )
+        from ...hardware import pick_device
+
+        device = pick_device(device)
         self.device = device
         torch_dtype: Any = "auto" if dtype == "auto" else getattr(torch, DTYPES[dtype])
         if dtype == "auto" and device == "cpu":
@@ -243,9 +240,7 @@ def _load(cls: Any, path: str, torch_dtype: Any, device: str, trust_remote_code:
     ckpt = Checkpoint(Path(path))
     quant = ckpt.quantization
     if quant is not None and quant.method in ("gptq", "awq") and module_present("gptqmodel"):
-        # transformers itself needs optimum for GPTQ; gptqmodel (the quantize backend) runs both formats
-        # on CPU and CUDA, and quantize's quality report already loads checkpoints this way.
-        from ...quantize.quality import load_quantized
+        from ...engines.embedded import load_quantized
 
         try:
             return load_quantized(Path(path), device)

@@ -11,9 +11,9 @@ import pytest
 
 from specq.pipeline.checkpoint import Checkpoint
 from specq.pipeline.config.models import QuantizeSection
+from specq.pipeline.engines.embedded import load_quantized
 from specq.pipeline.hardware import module_present
 from specq.pipeline.quantize import CONFIG_FILE, REPORT_FILE, QuantizeResult, quantize
-from specq.pipeline.quantize.quality import load_quantized
 from tests.tinymodel import write_jsonl
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from specq.pipeline.checkpoint import Checkpoint
-from specq.pipeline.convert import check_readiness, pytorch_engine_refusal, read_manifest
+from specq.pipeline.convert import check_readiness, read_manifest
+from specq.pipeline.engines.pytorch import pytorch_engine_refusal
 
 
 def verdicts(path: Path, **kw):

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from specq.pipeline.config.models import QuantizeSection
+from specq.pipeline.engines.turbomind import turbomind_problems
 from specq.pipeline.errors import UsageError
 from specq.pipeline.quantize import plan, resolve_method
 from specq.pipeline.quantize.backends import BACKENDS, resolve_backend
-from specq.pipeline.quantize.turbomind import turbomind_problems
 
 
 def test_method_follows_the_intended_use() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specq.pipeline.checkpoint import Checkpoint
-from specq.pipeline.serve.compat import check_draft
+from specq.pipeline.engines.speculation import check_draft
 
 
 def edit(path: Path, **changes: object) -> Path:

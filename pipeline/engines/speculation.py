@@ -1,6 +1,8 @@
-"""Draft/target compatibility checks for `specq serve` (also run by `specq convert`): what would otherwise
-fail minutes into a GPU launch, or silently produce garbage. Reads config.json and tokenizer files only (no
-torch). Each problem is one line; callers raise them as exit-2 errors."""
+"""Speculative decoding's rules, for `specq serve` (and `--dry-run`), `specq convert` and the config: which
+methods each server runs, the draft-token range (defined here only), and every reason a drafter cannot
+speculate for a target — what would otherwise fail minutes into a GPU launch, or silently produce garbage.
+Reads config.json and tokenizer files only (no torch). Each problem is one line; callers raise them as
+exit-2 errors."""
 
 from __future__ import annotations
 
@@ -14,7 +16,17 @@ MTP_METHODS = ("qwen3_5_mtp", "deepseek_mtp", "hy3_mtp")
 DRAFT_METHODS = ("dflash", "eagle3", "eagle", "draft")  # methods that need a separate draft checkpoint
 LMDEPLOY_METHODS = ("dflash", "eagle3", "eagle", *MTP_METHODS)
 EMBEDDED_METHODS = ("draft",)
-MAX_DRAFT_TOKENS = 15
+MAX_DRAFT_TOKENS = 15  # draft tokens per step: 0 (no speculation) .. 15, as LMDeploy 0.18 allows
+
+
+def draft_tokens_limit(block_size: int | None) -> int:
+    """The largest draft-token count a method allows: a DFlash drafter's `block_size` − 1 (its block holds
+    the last accepted token and the drafts), else MAX_DRAFT_TOKENS."""
+    if block_size is not None and block_size > 1:
+        return min(MAX_DRAFT_TOKENS, block_size - 1)
+    return MAX_DRAFT_TOKENS
+
+
 # What each drafter kind (Checkpoint.draft_kind) is served with.
 KIND_TO_METHOD = {"dflash": "dflash", "eagle3": "eagle3", "eagle": "eagle", "model": "draft"}
 

@@ -1,7 +1,7 @@
-"""What the benchmark sends: built-in prompt suites (data files in `suites/`, one per category, written for
-this project), a user's `--prompts FILE.jsonl`, or a `--dataset NAME_OR_PATH --field F` read through the
-`datasets` library. Every prompt has an id and a category; the workload has a digest so two reports can
-be checked to have measured the same thing."""
+"""What the benchmark sends (and `specq draft eval --suite` decodes offline): built-in prompt suites (data
+files in `suites/`, one per category, written for this project), a user's `--prompts FILE.jsonl`, or a
+`--dataset NAME_OR_PATH --field F` read through the `datasets` library. Every prompt has an id and a
+category; the workload has a digest so two reports can be checked to have measured the same thing."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ class Workload(BaseModel):
 
 
 def suite_names() -> list[str]:
-    files = resources.files("specq.pipeline.bench").joinpath("suites").iterdir()
+    files = resources.files(__name__).joinpath("suites").iterdir()
     return sorted(f.name[:-6] for f in files if f.name.endswith(".jsonl")) + ["mixed"]
 
 
@@ -81,7 +81,7 @@ def load_suite(name: str) -> list[Prompt]:
     """A built-in suite by category name, or `mixed` (every category)."""
     if name == "mixed":
         return [p for n in suite_names() if n != "mixed" for p in load_suite(n)]
-    ref = resources.files("specq.pipeline.bench").joinpath("suites", f"{name}.jsonl")
+    ref = resources.files(__name__).joinpath("suites", f"{name}.jsonl")
     if not ref.is_file():
         raise InputError(f"no built-in suite '{name}'; available: {', '.join(suite_names())}")
     recs = read_records(ref.read_text(encoding="utf-8"), f"suite {name}")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specq.pipeline.checkpoint import Checkpoint, QuantInfo
+from ..checkpoint import Checkpoint, QuantInfo
 
 GPTQ_SUFFIXES = ("qweight", "qzeros", "scales", "g_idx")
 CT_SUFFIXES = ("weight_packed", "weight_scale", "weight_zero_point", "weight_shape")

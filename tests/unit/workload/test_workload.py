@@ -7,9 +7,9 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from specq.pipeline.bench.workload import build_workload, load_prompts_file, load_suite, select, suite_names
 from specq.pipeline.config.models import BenchSection
 from specq.pipeline.errors import InputError
+from specq.pipeline.workload import build_workload, load_prompts_file, load_suite, select, suite_names
 
 CATEGORIES = {"code", "math", "chat", "summarization", "translation", "qa", "retrieval"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from specq.pipeline.convert import turbomind
+from specq.pipeline.engines import turbomind
 
 
 def test_supported_archs_match_lmdeploy() -> None:

@@ -7,18 +7,17 @@ machine instead of minutes into a GPU launch. Sources (InternLM/lmdeploy):
 - `lmdeploy/turbomind/weight_format.py`: `AWQFormat` / `GPTQFormat` / `CompressedTensorFormat` (int4 storage,
   `qweight`/`scales`/`qzeros` or `weight_packed`/`weight_scale`; AWQ has no way to synthesise missing zeros,
   GPTQ and compressed-tensors default them to 8).
-`tests/unit/convert/test_turbomind_mirror.py` compares this mirror with the installed lmdeploy when
+`tests/unit/engines/test_turbomind_mirror.py` compares this mirror with the installed lmdeploy when
 present."""
 
 from __future__ import annotations
 
-from specq.pipeline.checkpoint import Checkpoint, QuantInfo
-
+from ..checkpoint import Checkpoint, QuantInfo
 from .layout import QuantLinear, quantized_linears
 from .verdict import EngineVerdict
 
 # lmdeploy/turbomind/supported_models.py: architecture -> TurboMind model name, as in LMDeploy 0.18.0's
-# released source (compared with it on 2026-11-30; tests/unit/convert/test_turbomind_mirror.py).
+# released source (when it was last compared: docs/convert.md; tests/unit/engines/test_turbomind_mirror.py).
 SUPPORTED_ARCHS: dict[str, str] = {
     "Qwen2ForCausalLM": "qwen2",
     "Qwen2MoeForCausalLM": "qwen2-moe",
@@ -138,6 +137,28 @@ def turbomind_verdict(ckpt: Checkpoint, max_reasons: int = 5) -> EngineVerdict:
     if problems:
         return EngineVerdict(engine="turbomind", status="refused", reasons=_cap(problems, max_reasons))
     return EngineVerdict(engine="turbomind", status="accepted")
+
+
+def turbomind_problems(method: str, bits: int, group_size: int, sym: bool, desc_act: bool) -> list[str]:
+    """Why TurboMind would refuse the checkpoint a `specq quantize` request produces (the request phrased as
+    the `quantization_config` it would write, plus the AWQ rule that depends on how the backend is asked to
+    quantize); empty when it accepts it."""
+    q = QuantInfo(
+        method=method,
+        bits=bits,
+        group_size=group_size,
+        sym=sym,
+        desc_act=desc_act,
+        version="gemm" if method == "awq" else None,
+    )
+    problems = quant_config_problems(q)
+    if method == "awq":
+        if sym:
+            # TurboMind's AWQ loader cannot synthesise zeros (weight_format.py AWQFormat)
+            problems.append("AWQ without zero points (TurboMind needs AWQ gemm with zeros: sym=false)")
+        if desc_act:
+            problems.append("desc_act is a GPTQ option; AWQ has no act-order")
+    return problems
 
 
 def _cap(problems: list[str], n: int) -> list[str]:

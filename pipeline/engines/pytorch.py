@@ -1,25 +1,22 @@
-"""Which quantized targets LMDeploy 0.18's PyTorch engine (the only LMDeploy engine that speculates) and
-specq's embedded engine accept, and the exact `specq convert` command that fixes the fixable ones.
+"""Which quantized targets LMDeploy 0.18's PyTorch engine (the only LMDeploy engine that speculates)
+accepts, and the exact `specq convert` command that fixes the fixable ones.
 
-PyTorch engine rules (InternLM/lmdeploy): `lmdeploy/pytorch/config.py` `QuantizationConfig` raises
+Rules (InternLM/lmdeploy): `lmdeploy/pytorch/config.py` `QuantizationConfig` raises
 `TypeError: Unsupported quant method: gptq`; `lmdeploy/pytorch/nn/linear/awq.py` `AwqLinear` runs in
 float16 with `qweight [K, N/8]`, `scales [K/g, N]`, `qzeros [K/g, N/8]` and asserts `K % group_size == 0`; its
-compressed-tensors path accepts group size 32 only (measured on the H200: `Unsupported compressed-tensors
-group_size: expected 32, got 128`; see docs/verification.md).
+compressed-tensors path accepts group size 32 only.
 
 AWQ alignment: the fused column-wise linears, `QKVAwqLinear` (q/k/v) and `MergedAwqLinear` (gate/up), load
 each part through `chunk_aligned(weight, world_size, dim, align)` with align = max(32 // bits, group_size)
 (`lmdeploy/pytorch/nn/utils.py:28` asserts `size % align == 0`), even on one GPU. So each of those
-projections' output size must be a multiple of 128 for 4-bit group-128 AWQ. A Qwen3 with one 64-wide KV head
-(k_proj/v_proj output 64) fails at load; seen on the H200 (docs/verification.md). o_proj and down_proj load as
+projections' output size must be a multiple of 128 for 4-bit group-128 AWQ. o_proj and down_proj load as
 plain `AwqLinear`, which on one GPU only needs `K % group_size == 0`. specq applies the rule to the
-projections named q/k/v_proj and gate/up_proj; other architectures' fused names are not checked."""
+projections named q/k/v_proj and gate/up_proj; other architectures' fused names are not checked. What was
+seen on the H200 for each rule is in docs/convert.md."""
 
 from __future__ import annotations
 
-from specq.pipeline.checkpoint import Checkpoint
-from specq.pipeline.hardware import module_present
-
+from ..checkpoint import Checkpoint
 from .turbomind import tensor_problems
 from .verdict import EngineVerdict, repack_command
 
@@ -27,12 +24,12 @@ PYTORCH_CT_GROUP_SIZES = frozenset({32})
 FUSED_COLUMN_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
 
 
-def awq_alignment(bits: int, group_size: int | None) -> int:
+def awq_alignment(bits: int | None, group_size: int | None) -> int:
     """LMDeploy 0.18's `align = max(32 // w_bit, group_size)` for AWQ linears."""
     return max(32 // (bits or 4), group_size or 0)
 
 
-def fused_alignment_problems(outputs: dict[str, int], bits: int, group_size: int | None) -> list[str]:
+def fused_alignment_problems(outputs: dict[str, int], bits: int | None, group_size: int | None) -> list[str]:
     """`outputs`: linear prefix -> output features. One line per (projection, size) that breaks the
     fused-AWQ alignment rule, with how many layers have it (empty when all is well)."""
     align = awq_alignment(bits, group_size)
@@ -141,27 +138,3 @@ def pytorch_engine_refusal(target: Checkpoint) -> str | None:
     if v.fixes:
         text += f"; fix: {' && '.join(v.fixes)}"
     return text
-
-
-def embedded_verdict(target: Checkpoint) -> EngineVerdict:
-    """specq's embedded engine loads checkpoints through transformers; 4-bit ones need a backend installed
-    here (gptqmodel for GPTQ/AWQ, compressed-tensors for llmcompressor output)."""
-    q = target.quantization
-    if q is None:
-        return EngineVerdict(engine="embedded", status="accepted")
-    need = {"gptq": "gptqmodel", "awq": "gptqmodel", "compressed-tensors": "compressed_tensors"}.get(q.method)
-    if need is None:
-        return EngineVerdict(
-            engine="embedded", status="refused", reasons=[f"no embedded loader for quant_method {q.method!r}"]
-        )
-    problems = tensor_problems(target, q)[1]
-    if problems:
-        return EngineVerdict(engine="embedded", status="refused", reasons=problems[:5])
-    if not module_present(need):
-        return EngineVerdict(
-            engine="embedded",
-            status="fixable",
-            reasons=[f"loading {q.method} needs the Python package {need}, which is not installed here"],
-            fixes=["pip install 'specq[quant]'"],
-        )
-    return EngineVerdict(engine="embedded", status="accepted")
