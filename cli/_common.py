@@ -1,14 +1,13 @@
-"""What several commands share: option aliases declared once, the two consoles (data on stdout,
-diagnostics on stderr), config resolution from typed flags, and JSON output."""
+"""What several commands share: the two consoles (data on stdout, diagnostics on stderr), config resolution
+from typed flags, and JSON output. The shared options themselves are declared in `_options`."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 from rich.console import Console
 from rich.text import Text
 
@@ -18,14 +17,6 @@ from specq.pipeline.config import SpecqConfig, resolve_config
 # explicitly (Text, style=) where it is wanted.
 out = Console(soft_wrap=True, markup=False)  # data
 err = Console(stderr=True, soft_wrap=True, markup=False)  # progress, logs, hints
-
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option("--config", "-c", help="TOML or tutorial-style INI file, or the name of a packaged preset."),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="More diagnostics on stderr.")]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only errors on stderr.")]
 
 
 class State:
@@ -59,8 +50,9 @@ def status_text(status: str) -> Text:
 
 
 def typed(**options: Any) -> dict[str, Any]:
-    """Keep only the options the user actually typed (Typer defaults are None)."""
-    return {k: v for k, v in options.items() if v is not None}
+    """Keep only the options the user actually typed (Typer defaults are None); paths become the strings
+    the config sections hold."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in options.items() if v is not None}
 
 
 def resolve(config: Path | None, **sections: dict[str, Any]) -> SpecqConfig:

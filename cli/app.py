@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 from specq.pipeline import __version__
 from specq.pipeline.errors import SpecqError, Terminated, os_error
 
-from . import _common
+from . import _common, _options
 
 
 class SpecqGroup(TyperGroup):
@@ -150,8 +150,8 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    verbose: _common.VerboseOpt = False,
-    quiet: _common.QuietOpt = False,
+    verbose: _options.VerboseOpt = False,
+    quiet: _options.QuietOpt = False,
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Show the version."
     ),

@@ -9,7 +9,8 @@ import typer
 from specq.pipeline.config import STAGES, config_to_toml, preset_names, resolve_config
 from specq.pipeline.errors import UsageError
 
-from ._common import ConfigOpt, JsonOpt, emit_json, out
+from ._common import emit_json, out
+from ._options import ConfigOpt, JsonOpt
 
 config_app = typer.Typer(help="Inspect configuration.", no_args_is_help=True)
 
@@ -20,7 +21,7 @@ def show(
     stage: Annotated[
         str | None, typer.Option(help=f"Only one stage's sections: {', '.join(STAGES)}.")
     ] = None,
-    json_: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Print the resolved configuration.
 
@@ -30,7 +31,7 @@ def show(
         raise UsageError(f"--stage: unknown stage '{stage}'; choose one of {', '.join(STAGES)}")
     cfg = resolve_config(config)
     sections = STAGES[stage] if stage else None
-    if json_:
+    if as_json:
         data = cfg.model_dump(mode="json", by_alias=True)
         emit_json({k: v for k, v in data.items() if not sections or k in sections})
     else:
@@ -38,13 +39,13 @@ def show(
 
 
 @config_app.command("presets")
-def presets(json_: JsonOpt = False) -> None:
+def presets(as_json: JsonOpt = False) -> None:
     """List the packaged presets (usable as --config NAME).
 
     Example: specq config presets
     """
     names = preset_names()
-    if json_:
+    if as_json:
         emit_json(names)
     else:
         for n in names:

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ._common import ConfigOpt, JsonOpt, emit_json, err, note, out, progress, resolve, status_text
+from ._common import emit_json, err, note, out, progress, resolve, status_text
+from ._options import ConfigOpt, DraftModelOpt, DraftTokensOpt, JsonOpt, OutOpt
 
 
 def register(app: typer.Typer) -> None:
@@ -17,28 +18,23 @@ def register(app: typer.Typer) -> None:
         model: Annotated[
             Path, typer.Argument(help="Hugging Face model directory (target, or drafter with --dtype).")
         ],
-        draft_model: Annotated[
-            Path | None, typer.Option("--draft-model", help="Drafter to check against MODEL.")
-        ] = None,
-        draft_tokens: Annotated[
-            int | None, typer.Option("--draft-tokens", help="Draft tokens per step (K).")
-        ] = None,
+        draft_model: DraftModelOpt = None,
+        draft_tokens: DraftTokensOpt = None,
         to: Annotated[str | None, typer.Option("--to", help="Repack a GPTQ checkpoint: awq.")] = None,
         dtype: Annotated[
             str | None, typer.Option("--dtype", help="Cast MODEL's weights: float16 or bfloat16.")
         ] = None,
-        out_dir: Annotated[
-            Path | None, typer.Option("--out", help="Output directory for --to/--dtype.")
-        ] = None,
+        out_dir: OutOpt = None,
         engine_check: Annotated[
             bool | None, typer.Option("--engine-check", help="Also run LMDeploy's own TurboMind checks.")
         ] = None,
         config: ConfigOpt = None,
-        json_out: JsonOpt = False,
+        as_json: JsonOpt = False,
     ) -> None:
         """Check a checkpoint (and drafter) for TurboMind, the PyTorch engine and the embedded engine; fix it.
 
-        Exit 2 when what was asked cannot be served as is; the verdicts print the exact fix command.
+        Exit 2 when what was asked cannot be served as is; the verdicts print the exact fix command. --out
+        is the directory to create for --to or --dtype (default: MODEL-awq, -fp16 or -bf16 next to MODEL).
 
         Example: specq convert ./qwen3-gptq --draft-model ./dflash --draft-tokens 5
         Example: specq convert ./qwen3-gptq --to awq --out ./qwen3-awq
@@ -49,14 +45,14 @@ def register(app: typer.Typer) -> None:
         cfg = resolve(
             config,
             model={
-                "model_path": str(model),
-                "draft_model_path": str(draft_model) if draft_model else None,
+                "model_path": model,
+                "draft_model_path": draft_model,
                 "num_draft_tokens": draft_tokens,
             },  # fmt: skip
             convert={
                 "to": to,
                 "dtype": dtype,
-                "out": str(out_dir) if out_dir else None,
+                "out": out_dir,
                 "engine_check": engine_check,
             },
         )
@@ -64,7 +60,7 @@ def register(app: typer.Typer) -> None:
         result = run_convert(
             model, cfg.convert, draft_model=cfg.model.draft_model_path, draft_tokens=k, progress=progress
         )
-        if json_out:
+        if as_json:
             emit_json(result.model_dump(mode="json"))
         else:
             _render(result)

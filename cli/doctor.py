@@ -7,17 +7,18 @@ from rich.table import Table
 
 from specq.pipeline.doctor import run_doctor
 
-from ._common import JsonOpt, emit_json, out, status_text
+from ._common import emit_json, out, status_text
+from ._options import JsonOpt
 
 
-def doctor(json_: JsonOpt = False) -> None:
+def doctor(as_json: JsonOpt = False) -> None:
     """Check Python, hardware, GPUs (NVML), torch/CUDA, lmdeploy, TurboMind, FlashAttention-3 and the
     quantization backends. Exits 4 when a check fails.
 
     Example: specq doctor --json
     """
     report = run_doctor()
-    if json_:
+    if as_json:
         emit_json(report.model_dump(mode="json"))
     else:
         table = Table(title="specq doctor")

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from ._common import ConfigOpt, JsonOpt, emit_json, out, progress, resolve
+from ._common import emit_json, out, progress, resolve
+from ._options import ConfigOpt, JsonOpt, OutOpt
 
 draft_app = typer.Typer(help="Train and evaluate a DFlash drafter for a target.", no_args_is_help=True)
 
@@ -16,7 +17,7 @@ TargetArg = Annotated[Path, typer.Argument(help="The target: a Qwen3-family Hugg
 
 def train(
     target: TargetArg,
-    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Directory to create for the drafter.")],
+    out_dir: OutOpt,
     layers: Annotated[int | None, typer.Option(help="Draft decoder layers (default 1).")] = None,
     block_size: Annotated[int | None, typer.Option(help="DFlash block size: 8 or 16 (default 8).")] = None,
     steps: Annotated[int | None, typer.Option(help="Training steps (default 300).")] = None,
@@ -33,9 +34,10 @@ def train(
         typer.Option("--self-distill/--no-self-distill", help="Train on the target's own continuations."),
     ] = None,
     config: ConfigOpt = None,
-    json_out: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Train a DFlash drafter for TARGET and write it in LMDeploy 0.18's DFlash layout.
+    """Train a DFlash drafter for TARGET and write it in LMDeploy 0.18's DFlash layout into the --out
+    directory (required; created).
 
     Example: specq draft train ./toy/target --out ./toy-dflash --steps 300 --device cpu
     """
@@ -44,7 +46,7 @@ def train(
     section = dict(layers=layers, block_size=block_size, steps=steps, data=data, device=device, dtype=dtype)
     cfg = resolve(config, draft=dict(section, seed=seed, self_distill=self_distill))
     report = train_drafter(target, out_dir, cfg.draft, progress)
-    if json_out:
+    if as_json:
         emit_json(report.model_dump(mode="json"))
         return
     ev = report.eval
@@ -70,7 +72,7 @@ def evaluate(
     requests: Annotated[int, typer.Option(min=1, help="--suite prompts, as bench's --requests.")] = 8,
     device: Annotated[str | None, typer.Option(help="cpu, cuda or auto.")] = None,
     config: ConfigOpt = None,
-    json_out: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Offline acceptance of DRAFT against TARGET's greedy tokens, and the speedup it predicts per k.
 
@@ -80,7 +82,7 @@ def evaluate(
 
     cfg = resolve(config, draft=dict(data=data, device=device))
     report = evaluate_drafter(target, draft, cfg.draft, prompts, progress, suite, max_tokens, requests)
-    if json_out:
+    if as_json:
         emit_json(report.model_dump(mode="json"))
         return
     out.print(f"acceptance by position: {' / '.join(f'{a:.2f}' for a in report.acceptance_by_position)}")

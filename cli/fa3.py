@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from ._common import JsonOpt, emit_json, note, out, progress
+from ._common import emit_json, note, out, progress
+from ._options import JsonOpt, OutOpt
 
 fa3_app = typer.Typer(
     help="Build the FlashAttention-3 that LMDeploy's speculative decoding needs, for your models and GPU.",
@@ -63,14 +64,12 @@ def build(
             "--check/--no-check", help="Self-check against torch SDPA before installing (needs a GPU)."
         ),
     ] = True,
-    out_dir: Annotated[
-        Path | None,
-        typer.Option("--out", help="Write the built modules to this new directory instead of installing."),
-    ] = None,
-    json_out: JsonOpt = False,
+    out_dir: OutOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Derive the kernel set from MODELs (head dims, dtype: AWQ → fp16, arch), build only that from the
-    flash-attention checkout, self-check it against torch, and install it into this environment.
+    flash-attention checkout, self-check it against torch, and install it into this environment (or, with
+    --out, write the built modules to that new directory instead of installing).
 
     Example: specq fa3 build --source ./flash-attention ./toy/target ./toy-dflash --dry-run
     """
@@ -84,10 +83,10 @@ def build(
     for line in plan.notes:
         note(line)
     if dry_run:
-        _dry_run(plan, json_out)
+        _dry_run(plan, as_json)
         return
     result = build_fa3(plan, check=check, out=out_dir, progress=progress)
-    if json_out:
+    if as_json:
         emit_json(result.model_dump(mode="json"))
         return
     out.print(
@@ -101,7 +100,7 @@ def build(
         out.print(f"written to: {result.out}")
 
 
-def _dry_run(plan: object, json_out: bool) -> None:
+def _dry_run(plan: object, as_json: bool) -> None:
     from specq.pipeline.fa3 import Fa3Plan
     from specq.pipeline.fa3.plan import probe_toolchain
 
@@ -109,7 +108,7 @@ def _dry_run(plan: object, json_out: bool) -> None:
     _, problems = probe_toolchain()
     for problem in problems:
         note(f"a build here would stop: {problem}")
-    if json_out:
+    if as_json:
         emit_json(plan.model_dump(mode="json") | {"shell": plan.shell(), "problems": problems})
         return
     ks = plan.kernels

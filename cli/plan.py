@@ -11,31 +11,28 @@ from rich.table import Table
 from specq.pipeline.errors import EnvironmentMissing
 from specq.pipeline.plan import MemoryPlan, plan_for_config
 
-from ._common import ConfigOpt, JsonOpt, emit_json, info, out, resolve
+from ._common import emit_json, info, out, resolve
+from ._options import ConfigOpt, DraftModelOpt, DraftTokensOpt, EngineOpt, JsonOpt
 
 
 def plan(
     model: Annotated[
         Path | None, typer.Argument(help="Target checkpoint directory (config.json is enough).")
     ] = None,
-    draft_model: Annotated[Path | None, typer.Option("--draft-model", help="Drafter directory.")] = None,
+    draft_model: DraftModelOpt = None,
     gpu_memory: Annotated[str | None, typer.Option("--gpu-memory", help="e.g. 24GiB; default: NVML.")] = None,
     batch: Annotated[int | None, typer.Option("--batch", min=1, help="Concurrent sequences.")] = None,
     session_len: Annotated[
         int | None, typer.Option("--session-len", min=64, help="Tokens per session.")
     ] = None,
-    draft_tokens: Annotated[
-        int | None, typer.Option("--draft-tokens", min=0, max=15, help="Draft tokens per step.")
-    ] = None,
-    engine: Annotated[
-        str | None, typer.Option("--engine", help="Memory model: lmdeploy or embedded.")
-    ] = None,
+    draft_tokens: DraftTokensOpt = None,
+    engine: EngineOpt = None,
     kv_dtype: Annotated[
         str | None, typer.Option("--kv-dtype", help="KV dtype: auto, float16, bfloat16, int8 or int4.")
     ] = None,
     check: Annotated[bool, typer.Option("--check", help="Exit 4 when it will not fit.")] = False,
     config: ConfigOpt = None,
-    json_: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Plan GPU memory: weights, KV cache, recurrent state, drafter, margins; recommend cache_max_entry_count
     and the longest session_len that fits. Reads config.json and safetensors headers only (no torch).
@@ -46,8 +43,8 @@ def plan(
     cfg = resolve(
         config,
         model={
-            "model_path": str(model) if model else None,
-            "draft_model_path": str(draft_model) if draft_model else None,
+            "model_path": model,
+            "draft_model_path": draft_model,
             "num_draft_tokens": draft_tokens,
         },
         plan={
@@ -59,7 +56,7 @@ def plan(
         },
     )
     result = plan_for_config(cfg)
-    if json_:
+    if as_json:
         emit_json(result.model_dump(mode="json"))
     else:
         _render(result)

@@ -10,7 +10,8 @@ from rich.table import Table
 
 from specq.pipeline.errors import UsageError
 
-from ._common import ConfigOpt, JsonOpt, emit_json, out, progress, resolve
+from ._common import emit_json, out, progress, resolve
+from ._options import ConfigOpt, JsonOpt, OutOpt
 
 Opt = typer.Option
 
@@ -28,7 +29,7 @@ def quantize(
             help="Calibration: FILE (.jsonl .json .parquet .csv .txt), DIR, or hub NAME[:CONFIG[:SPLIT]].",
         ),
     ] = None,
-    out_dir: Annotated[Path | None, Opt("--out", "-o", help="Output directory (must not exist).")] = None,
+    out_dir: OutOpt = None,
     method: Annotated[
         str | None, Opt("--method", help="gptq | awq (default: awq --for speculative, gptq --for plain).")
     ] = None,
@@ -72,15 +73,17 @@ def quantize(
         int | None, Opt("--eval-samples", help="Held-out samples for perplexity.")
     ] = None,
     config: ConfigOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Quantize a checkpoint to 4-bit GPTQ or AWQ with your calibration data, ready for LMDeploy.
+
+    --out is the directory to create for the quantized checkpoint (it must not exist).
 
     Example: specq quantize ./Qwen3-8B --calib data.jsonl --out ./Qwen3-8B-awq
     """
     from specq.pipeline.quantize import quantize as run
 
-    section = dict(model=str(model), calib=calib, out=str(out_dir) if out_dir else None, method=method,
+    section = dict(model=str(model), calib=calib, out=out_dir, method=method,
                    backend=backend, bits=bits, group_size=group_size, sym=sym, desc_act=desc_act,
                    text_field=text_field, samples=samples, seqlen=seqlen, seed=seed, device=device,
                    turbomind_check=turbomind_check, evaluate=evaluate, eval_samples=eval_samples)  # fmt: skip
@@ -89,7 +92,7 @@ def quantize(
     if not cfg.out:
         raise UsageError("no output directory: pass --out DIR")
     result = run(model, cfg, Path(cfg.out), progress=progress)
-    if json:
+    if as_json:
         emit_json(result.model_dump(mode="json"))
     else:
         out.print(report_table(result))

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from ._common import JsonOpt, emit_json, out
+from ._common import emit_json, out
+from ._options import JsonOpt
 
 report_app = typer.Typer(help="Show and compare saved benchmark reports.", no_args_is_help=True)
 
@@ -16,7 +17,7 @@ report_app = typer.Typer(help="Show and compare saved benchmark reports.", no_ar
 def show(
     run: Annotated[Path, typer.Argument(help="A report.json written by specq bench.")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | md | csv | json.")] = "table",
-    json_: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Render a saved benchmark report.
 
@@ -25,7 +26,7 @@ def show(
     from specq.pipeline.report import BenchReport
     from specq.pipeline.report.formatters import render
 
-    text = render(BenchReport.load(run), "json" if json_ else fmt)
+    text = render(BenchReport.load(run), "json" if as_json else fmt)
     out.print(text, end="" if text.endswith("\n") else "\n", highlight=False, markup=False, soft_wrap=True)
 
 
@@ -33,7 +34,7 @@ def show(
 def compare(
     a: Annotated[Path, typer.Argument(help="Report A (the reference).")],
     b: Annotated[Path, typer.Argument(help="Report B (compared against A).")],
-    json_: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Compare two benchmark reports run by run: A, B, delta and relative change.
 
@@ -45,7 +46,7 @@ def compare(
 
     ra, rb = BenchReport.load(a), BenchReport.load(b)
     rows = compare_reports(ra, rb)
-    if json_:
+    if as_json:
         emit_json({"a": str(a), "b": str(b), "workload_match": ra.workload.digest == rb.workload.digest,
                    "rows": rows})  # fmt: skip
         return

@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from ._common import JsonOpt, emit_json, err, info, out, progress
+from ._common import emit_json, err, info, out, progress
+from ._options import JsonOpt
 
 toy_app = typer.Typer(help="Build the project's own tiny target/draft model pair.", no_args_is_help=True)
 
@@ -44,7 +45,7 @@ def build(
             help="model: the distilled small Qwen3 draft only; dflash: also a DFlash drafter in OUT/dflash.",
         ),
     ] = Drafter.model,
-    json_: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Build the toy Qwen3 target and its distilled draft (cached under ${SPECQ_CACHE:-~/.cache/specq}/toy).
 
@@ -62,7 +63,7 @@ def build(
 
         dflash = toy_dflash(built, Path(pair.root) / "dflash", progress=progress)
     report = pair.load_report()
-    if json_:
+    if as_json:
         data = {"root": pair.root, "target": pair.target, "draft": pair.draft, "report": report.model_dump()}
         emit_json(data | ({"dflash": dflash} if dflash else {}))
         return
