@@ -31,14 +31,22 @@ def quantize(
     ] = None,
     out_dir: OutOpt = None,
     method: Annotated[
-        str | None, Opt("--method", help="gptq | awq (default: awq --for speculative, gptq --for plain).")
+        str | None,
+        Opt(
+            "--method",
+            help="Quantization method: gptq | awq (default: awq --for speculative, gptq --for plain).",
+        ),
     ] = None,
     target: Annotated[
         str | None,
         Opt("--for", help="speculative (default: output the PyTorch engine speculates with) | plain."),
     ] = None,
-    backend: Annotated[
-        str | None, Opt("--backend", help="gptqmodel (default) | llmcompressor | autoawq | lmdeploy.")
+    quant_backend: Annotated[
+        str | None,
+        Opt(
+            "--quant-backend",
+            help="Quantization backend: gptqmodel (default) | llmcompressor | autoawq | lmdeploy.",
+        ),
     ] = None,
     bits: Annotated[int | None, Opt("--bits", help="Weight bits (TurboMind: 4).")] = None,
     group_size: Annotated[
@@ -84,7 +92,7 @@ def quantize(
     from specq.pipeline.quantize import quantize as run
 
     section = dict(model=str(model), calib=calib, out=out_dir, method=method,
-                   backend=backend, bits=bits, group_size=group_size, sym=sym, desc_act=desc_act,
+                   backend=quant_backend, bits=bits, group_size=group_size, sym=sym, desc_act=desc_act,
                    text_field=text_field, samples=samples, seqlen=seqlen, seed=seed, device=device,
                    turbomind_check=turbomind_check, evaluate=evaluate, eval_samples=eval_samples)  # fmt: skip
     section["for"] = target
