@@ -1,13 +1,16 @@
 """What several commands share: the two consoles (data on stdout, diagnostics on stderr), config resolution
-from typed flags, and JSON output. The shared options themselves are declared in `_options`."""
+from typed flags, and `emit`, the one output path (`--json` or the text a formatter renders). The shared
+options themselves are declared in `_options`."""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
 from rich.console import Console
 from rich.text import Text
 
@@ -43,12 +46,6 @@ def progress(msg: str) -> None:
     info(Text.assemble(("•", "cyan"), f" {msg}"))
 
 
-def status_text(status: str) -> Text:
-    """A verdict or check status in its colour."""
-    colour = {"accepted": "green", "ok": "green", "fixable": "yellow", "warn": "yellow"}.get(status, "red")
-    return Text(status, style=colour)
-
-
 def typed(**options: Any) -> dict[str, Any]:
     """Keep only the options the user actually typed (Typer defaults are None); paths become the strings
     the config sections hold."""
@@ -60,5 +57,35 @@ def resolve(config: Path | None, **sections: dict[str, Any]) -> SpecqConfig:
 
 
 def emit_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.write(json.dumps(jsonable(data), indent=2, default=str) + "\n")
     sys.stdout.flush()
+
+
+def jsonable(data: Any) -> Any:
+    """A result (a pydantic model, or lists and dicts of them) as plain JSON data."""
+    if isinstance(data, BaseModel):
+        return data.model_dump(mode="json")
+    if isinstance(data, list | tuple):
+        return [jsonable(x) for x in data]
+    if isinstance(data, dict):
+        return {k: jsonable(v) for k, v in data.items()}
+    return data
+
+
+def emit(
+    result: Any,
+    as_json: bool,
+    text: Callable[[Any], str] | None = None,
+    diagnostics: Iterable[str] = (),
+) -> None:
+    """The one output path of every command: with --json the result as one JSON document on stdout;
+    otherwise the diagnostics on stderr and the result rendered by `text` (a formatter) on stdout."""
+    if as_json:
+        emit_json(result)
+        return
+    for line in diagnostics:
+        info(line)
+    rendered = text(result) if text is not None else ""
+    if rendered:
+        end = "" if rendered.endswith("\n") else "\n"
+        out.print(rendered, end=end, highlight=False, markup=False, soft_wrap=True)

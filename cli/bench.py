@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import emit_json, out, progress, resolve
+from ._common import emit, progress, resolve
 from ._options import (
     BackendOpt,
     ConfigOpt,
@@ -111,12 +111,5 @@ def bench(
         ),
     )  # fmt: skip
     report = run_bench(cfg, progress=progress, out_dir=out_dir)
-    if as_json:
-        emit_json(report.model_dump(mode="json"))
-    else:
-        out.print(render(report, "table"), end="", highlight=False, markup=False)
+    emit(report, as_json, lambda r: render(r, "table"))
     enforce_gates(report)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("bench")(bench)

@@ -10,7 +10,7 @@ import typer
 
 from specq.pipeline.demo import run_demo
 
-from ._common import emit_json, info, out, progress
+from ._common import emit, progress
 from ._options import JsonOpt, OutOpt
 
 
@@ -29,16 +29,9 @@ def demo(
     if out_dir is None:
         out_dir = Path("specq-out") / time.strftime("demo-%Y%m%d-%H%M%S")
     result = run_demo(out_dir, quick=quick, progress=progress)
-    if as_json:
-        emit_json(result.model_dump(mode="json"))
-        return
-    out.print(result.summary_table, highlight=False, markup=False)
-    info(f"reports: {Path(result.bench_report).parent} (report.json, runs.csv, summary.md, plots/)")
-    info(
-        f"demo finished in {result.seconds:.0f} s: "
-        + ", ".join(f"{k} {v:.0f} s" for k, v in result.stage_seconds.items())
-    )
-
-
-def register(app: typer.Typer) -> None:
-    app.command("demo")(demo)
+    times = ", ".join(f"{k} {v:.0f} s" for k, v in result.stage_seconds.items())
+    diagnostics = [
+        f"reports: {Path(result.bench_report).parent} (report.json, runs.csv, summary.md, plots/)",
+        f"demo finished in {result.seconds:.0f} s: {times}",
+    ]
+    emit(result, as_json, lambda r: r.summary_table, diagnostics)

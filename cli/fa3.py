@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ._common import emit_json, note, out, progress
+from ._common import emit, note, progress
 from ._options import JsonOpt, OutOpt
+
+if TYPE_CHECKING:
+    from specq.pipeline.fa3 import Fa3Plan
 
 fa3_app = typer.Typer(
     help="Build the FlashAttention-3 that LMDeploy's speculative decoding needs, for your models and GPU.",
@@ -28,6 +31,7 @@ class DtypeOpt(str, Enum):
     fp16 = "fp16"
 
 
+@fa3_app.command("build")
 def build(
     source: Annotated[
         Path,
@@ -74,6 +78,7 @@ def build(
     Example: specq fa3 build --source ./flash-attention ./toy/target ./toy-dflash --dry-run
     """
     from specq.pipeline.fa3 import build_fa3, make_plan
+    from specq.pipeline.report.text import fa3_build_text
 
     dt = dtype.value if dtype else None
     plan = make_plan(
@@ -86,44 +91,15 @@ def build(
         _dry_run(plan, as_json)
         return
     result = build_fa3(plan, check=check, out=out_dir, progress=progress)
-    if as_json:
-        emit_json(result.model_dump(mode="json"))
-        return
-    out.print(
-        f"FA3 built in {result.build_seconds:.0f}s ({len(plan.kernel_files)} kernel files, {plan.arch})"
-    )
-    for c in result.cases:
-        out.print(f"  self-check {c.name}: max abs err {c.max_abs_err:.2e} (≤ {c.tolerance:g})")
-    for p in result.installed:
-        out.print(f"installed: {p}")
-    if result.out:
-        out.print(f"written to: {result.out}")
+    emit(result, as_json, lambda r: fa3_build_text(r, plan))
 
 
-def _dry_run(plan: object, as_json: bool) -> None:
-    from specq.pipeline.fa3 import Fa3Plan
+def _dry_run(plan: Fa3Plan, as_json: bool) -> None:
     from specq.pipeline.fa3.plan import probe_toolchain
+    from specq.pipeline.report.text import fa3_plan_text
 
-    assert isinstance(plan, Fa3Plan)
     _, problems = probe_toolchain()
     for problem in problems:
         note(f"a build here would stop: {problem}")
-    if as_json:
-        emit_json(plan.model_dump(mode="json") | {"shell": plan.shell(), "problems": problems})
-        return
-    ks = plan.kernels
-    out.print(f"# arch {plan.arch} ({plan.arch_reason})")
-    for m in plan.models:
-        dims = ", ".join(map(str, m.head_dims)) or "none"
-        out.print(f"# {m.role} {m.path}: head dim {dims}; {'/'.join(m.dtypes)} ({m.dtype_reason})")
-    out.print(
-        f"# kernels: head dims {', '.join(map(str, ks.hdims))} × {'+'.join(ks.dtypes)} × paged/not paged; "
-        f"{len(plan.kernel_files)} kernel files, {len(plan.sources)} compile steps, {plan.jobs} jobs "
-        f"({plan.cores} cores, {plan.memory_gib} GiB available)"
-    )
-    out.print(plan.shell())
-
-
-def register(app: typer.Typer) -> None:
-    fa3_app.command("build")(build)
-    app.add_typer(fa3_app, name="fa3")
+    data = plan.model_dump(mode="json") | {"shell": plan.shell(), "problems": problems}
+    emit(data, as_json, lambda _: fa3_plan_text(plan))

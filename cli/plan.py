@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from specq.pipeline.errors import EnvironmentMissing
-from specq.pipeline.plan import MemoryPlan, plan_for_config
+from specq.pipeline.plan import plan_for_config
+from specq.pipeline.report.text import plan_diagnostics, plan_text
 
-from ._common import emit_json, info, out, resolve
+from ._common import emit, out, resolve
 from ._options import ConfigOpt, DraftModelOpt, DraftTokensOpt, EngineOpt, JsonOpt
 
 
@@ -56,36 +56,6 @@ def plan(
         },
     )
     result = plan_for_config(cfg)
-    if as_json:
-        emit_json(result.model_dump(mode="json"))
-    else:
-        _render(result)
+    emit(result, as_json, lambda r: plan_text(r, out.width), plan_diagnostics(result))
     if check and not result.fits:
         raise EnvironmentMissing(result.verdict)
-
-
-def _render(p: MemoryPlan) -> None:
-    table = Table(
-        title=f"specq plan ({p.engine} engine, batch {p.batch}, session_len {p.session_len or '-'})"
-    )
-    table.add_column("item")
-    table.add_column("GiB", justify="right")
-    table.add_column("note")
-    for r in p.rows:
-        table.add_row(r.item, f"{r.bytes / 2**30:.2f}", r.note)
-    out.print(table)
-    colour = "green" if p.fits else "red"
-    out.print(p.verdict, style=colour, highlight=False)
-    if p.engine == "lmdeploy" and p.cache_max_entry_count is not None:
-        out.print(
-            f"recommended: --cache-max-entry-count {p.cache_max_entry_count} "
-            f"--max-prefill-token-num {p.max_prefill_token_num} "
-            f"--session-len {p.session_len or p.max_session_len}",
-            highlight=False,
-        )
-    for a in p.advice:
-        info(f"would fit: {a}")
-
-
-def register(app: typer.Typer) -> None:
-    app.command("plan")(plan)

@@ -6,18 +6,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from specq.pipeline.errors import UsageError
 
-from ._common import emit_json, out, progress, resolve
+from ._common import emit, out, progress, resolve
 from ._options import ConfigOpt, JsonOpt, OutOpt
 
 Opt = typer.Option
-
-
-def register(app: typer.Typer) -> None:
-    app.command("quantize")(quantize)
 
 
 def quantize(
@@ -90,6 +85,7 @@ def quantize(
     Example: specq quantize ./Qwen3-8B --calib data.jsonl --out ./Qwen3-8B-awq
     """
     from specq.pipeline.quantize import quantize as run
+    from specq.pipeline.report.text import quantize_text
 
     section = dict(model=str(model), calib=calib, out=out_dir, method=method,
                    backend=quant_backend, bits=bits, group_size=group_size, sym=sym, desc_act=desc_act,
@@ -100,52 +96,4 @@ def quantize(
     if not cfg.out:
         raise UsageError("no output directory: pass --out DIR")
     result = run(model, cfg, Path(cfg.out), progress=progress)
-    if as_json:
-        emit_json(result.model_dump(mode="json"))
-    else:
-        out.print(report_table(result))
-
-
-def report_table(r: object) -> Table:
-    from specq.pipeline.quantize import QuantizeResult
-
-    assert isinstance(r, QuantizeResult)
-    t = Table(title=f"specq quantize: {r.method.upper()} {r.bits}-bit g{r.group_size} via {r.backend}")
-    t.add_column("", style="bold")
-    t.add_column("value")
-    c, q = r.calibration, r.quality
-    rows = [
-        ("output", f"{r.out} ({r.format}{', repacked to AWQ' if r.repacked_to_awq else ''})"),
-        ("for", r.target),
-        (
-            "calibration",
-            f"{c.samples} samples x ≤{c.seqlen} tokens = {c.tokens_used} tokens ({c.texts} texts)",
-        ),
-        (
-            "size",
-            f"{_mib(r.size_original_bytes)} → {_mib(r.size_quantized_bytes)} ({r.compression_ratio:.2f}x)",
-        ),
-        (
-            "time",
-            f"{r.seconds_total:.1f} s (quantize {r.seconds_quantize:.1f} s, eval {r.seconds_eval:.1f} s)",
-        ),
-    ]
-    if q is not None:
-        if q.perplexity_original is not None and q.perplexity_quantized is not None:
-            rows.append(
-                (
-                    "perplexity",
-                    f"{q.perplexity_original:.3f} → {q.perplexity_quantized:.3f} "
-                    f"(x{q.perplexity_ratio:.3f}, {q.heldout_tokens} held-out tokens)",
-                )  # fmt: skip
-            )
-        if q.logits_cosine_mean is not None:
-            rows.append(("logits cosine", f"mean {q.logits_cosine_mean:.4f}, min {q.logits_cosine_min:.4f}"))
-    rows += [("warning", w) for w in r.warnings]
-    for k, v in rows:
-        t.add_row(k, v)
-    return t
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.2f} MiB"
+    emit(result, as_json, lambda r: quantize_text(r, out.width))

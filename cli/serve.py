@@ -12,9 +12,10 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from specq.pipeline.config import config_to_toml
 from specq.pipeline.serve import run
 
-from ._common import emit_json, info, out, progress, resolve
+from ._common import emit, progress, resolve
 from ._options import BackendOpt, ConfigOpt, DraftModelOpt, DraftTokensOpt, EngineOpt, JsonOpt, MethodOpt
 
 
@@ -108,14 +109,8 @@ def start(
         speculative={"method": method},
     )  # fmt: skip
     if dry_run:
-        result = run.dry_run(cfg, run_dir, progress)
-        if as_json:
-            emit_json(result.model_dump(mode="json"))
-        else:
-            out.print(result.command_line, highlight=False, markup=False, soft_wrap=True)
-            from specq.pipeline.config import config_to_toml
-
-            info(config_to_toml(cfg, run.STAGES["serve"]).rstrip())
+        toml = config_to_toml(cfg, run.STAGES["serve"]).rstrip()
+        emit(run.dry_run(cfg, run_dir, progress), as_json, lambda r: r.command_line, [toml])
         return
     if detach:
         result = run.serve_detached(cfg, run_dir, progress)
@@ -125,13 +120,12 @@ def start(
 
 
 def _announce(result: run.ServeInfo, as_json: bool, *, detached: bool) -> None:
-    if as_json:
-        emit_json(result.model_dump(mode="json"))
-        return
     spec = f", {result.method} K={result.draft_tokens}" if result.method else ""
-    out.print(f"{result.url}/v1 {result.model_name}", highlight=False, markup=False)
-    info(f"serving {result.model_name} with {result.engine}{spec} (pid {result.pid}; log {result.log})")
-    info("stop it with: specq serve stop" if detached else "press Ctrl-C to stop")
+    diagnostics = [
+        f"serving {result.model_name} with {result.engine}{spec} (pid {result.pid}; log {result.log})",
+        "stop it with: specq serve stop" if detached else "press Ctrl-C to stop",
+    ]
+    emit(result, as_json, lambda r: f"{r.url}/v1 {r.model_name}", diagnostics)
 
 
 @serve_app.command("status")
@@ -141,16 +135,19 @@ def status(as_json: JsonOpt = False) -> None:
     Example: specq serve status --json
     """
     servers = run.status()
-    if as_json:
-        emit_json([s.model_dump(mode="json") for s in servers])
-        return
-    if not servers:
-        info("no detached specq servers")
-    for s in servers:
-        state = "running" if s.running else "gone"
-        out.print(
-            f"{s.info.url}\t{s.info.model_name}\t{s.info.engine}\tpid {s.info.pid}\t{state}", highlight=False
+    lines = [
+        "\t".join(
+            (
+                s.info.url,
+                s.info.model_name,
+                s.info.engine,
+                f"pid {s.info.pid}",
+                "running" if s.running else "gone",
+            )
         )
+        for s in servers
+    ]
+    emit(servers, as_json, lambda _: "\n".join(lines), [] if servers else ["no detached specq servers"])
 
 
 @serve_app.command("stop")
@@ -163,11 +160,4 @@ def stop(
     Example: specq serve stop --port 23333
     """
     stopped = run.stop(port, progress)
-    if as_json:
-        emit_json([s.model_dump(mode="json") for s in stopped])
-    elif not stopped:
-        info("no running detached specq server")
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(serve_app, name="serve")
+    emit(stopped, as_json, None, [] if stopped else ["no running detached specq server"])

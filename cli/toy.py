@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import emit_json, err, info, out, progress
+from ._common import emit, err, info, progress
 from ._options import JsonOpt
 
 toy_app = typer.Typer(help="Build the project's own tiny target/draft model pair.", no_args_is_help=True)
@@ -25,6 +25,7 @@ class Drafter(str, Enum):
     dflash = "dflash"
 
 
+@toy_app.command("build")
 def build(
     out_dir: Annotated[
         Path, typer.Argument(metavar="OUT", help="Directory to receive target/, draft/ and toy_report.json.")
@@ -63,14 +64,13 @@ def build(
 
         dflash = toy_dflash(built, Path(pair.root) / "dflash", progress=progress)
     report = pair.load_report()
-    if as_json:
-        data = {"root": pair.root, "target": pair.target, "draft": pair.draft, "report": report.model_dump()}
-        emit_json(data | ({"dflash": dflash} if dflash else {}))
-        return
-    _acceptance_table(report)
-    out.print(f"target: {pair.target}\ndraft:  {pair.draft}\nreport: {pair.report}", highlight=False)
-    if dflash:
-        out.print(f"dflash: {dflash}", highlight=False)
+    if not as_json:
+        _acceptance_table(report)
+    data = {"root": pair.root, "target": pair.target, "draft": pair.draft, "report": report.model_dump()}
+    text = f"target: {pair.target}\ndraft:  {pair.draft}\nreport: {pair.report}" + (
+        f"\ndflash: {dflash}" * bool(dflash)
+    )
+    emit(data | ({"dflash": dflash} if dflash else {}), as_json, lambda _: text)
 
 
 def _acceptance_table(report: object) -> None:
@@ -93,8 +93,3 @@ def _acceptance_table(report: object) -> None:
             str(a.k), f"{a.mean_accepted:.2f}", f"{a.acceptance_rate:.0%}", f"{a.tokens_per_step:.2f}", per
         )
     err.print(table)
-
-
-def register(app: typer.Typer) -> None:
-    toy_app.command("build")(build)
-    app.add_typer(toy_app, name="toy")
