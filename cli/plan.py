@@ -42,19 +42,10 @@ def plan(
     """
     cfg = resolve(
         config,
-        model={
-            "model_path": model,
-            "draft_model_path": draft_model,
-            "num_draft_tokens": draft_tokens,
-        },
-        plan={
-            "gpu_memory": gpu_memory,
-            "batch": batch,
-            "session_len": session_len,
-            "engine": engine,
-            "kv_dtype": kv_dtype,
-        },
-    )
+        model={"model_path": model, "draft_model_path": draft_model, "num_draft_tokens": draft_tokens},
+        plan={"gpu_memory": gpu_memory, "batch": batch, "session_len": session_len, "engine": engine,
+              "kv_dtype": kv_dtype},
+    )  # fmt: skip
     result = plan_for_config(cfg)
     emit(result, as_json, lambda r: plan_text(r, out.width), plan_diagnostics(result))
     if check and not result.fits:

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import emit, err, info, progress
+from ._common import emit, err, progress
 from ._options import JsonOpt
 
 toy_app = typer.Typer(help="Build the project's own tiny target/draft model pair.", no_args_is_help=True)
@@ -53,6 +53,7 @@ def build(
     Example: specq toy build specq-out/toy --size small --seed 0
     """
     from specq.pipeline.fsutil import check_writable
+    from specq.pipeline.report.text import toy_diagnostics
     from specq.pipeline.toy import build_toy_pair, export_toy_pair
 
     check_writable(out_dir, what="OUT")  # before the build (minutes when not cached)
@@ -64,32 +65,8 @@ def build(
 
         dflash = toy_dflash(built, Path(pair.root) / "dflash", progress=progress)
     report = pair.load_report()
-    if not as_json:
-        _acceptance_table(report)
     data = {"root": pair.root, "target": pair.target, "draft": pair.draft, "report": report.model_dump()}
-    text = f"target: {pair.target}\ndraft:  {pair.draft}\nreport: {pair.report}" + (
-        f"\ndflash: {dflash}" * bool(dflash)
-    )
-    emit(data | ({"dflash": dflash} if dflash else {}), as_json, lambda _: text)
-
-
-def _acceptance_table(report: object) -> None:
-    from rich.table import Table
-
-    from specq.pipeline.toy import ToyReport
-
-    assert isinstance(report, ToyReport)
-    info(
-        f"target {report.target.params / 1e6:.2f}M params, held-out perplexity "
-        f"{report.target.heldout_perplexity:.2f}; draft {report.draft.params / 1e6:.2f}M, "
-        f"{report.draft.heldout_perplexity:.2f}"
-    )
-    table = Table(title="greedy acceptance of the draft (held-out code prompts)", title_justify="left")
-    for col in ("k", "accepted/step", "rate", "tokens/step", "per position"):
-        table.add_column(col, justify="right")
-    for a in report.acceptance.by_k:
-        per = " ".join(f"{r:.2f}" for r in a.per_position)
-        table.add_row(
-            str(a.k), f"{a.mean_accepted:.2f}", f"{a.acceptance_rate:.0%}", f"{a.tokens_per_step:.2f}", per
-        )
-    err.print(table)
+    lines = [f"target: {pair.target}", f"draft:  {pair.draft}", f"report: {pair.report}"]
+    if dflash:
+        data["dflash"], lines = dflash, [*lines, f"dflash: {dflash}"]
+    emit(data, as_json, lambda _: "\n".join(lines), toy_diagnostics(report, err.width))

@@ -1,8 +1,8 @@
 """Plain-text renderings of the stages' results other than the benchmark report (whose formatters are in
 `formatters`): quantize's quality table, convert's verdicts, plan's memory table, doctor's checks, the
-drafter's training and evaluation, and the FlashAttention-3 plan and build. Each returns the text the command
-prints on stdout, so that the CLI has one output path (`--json` or this text); `*_diagnostics` return the
-lines that belong on stderr. Tables are drawn by rich without a terminal, as the
+drafter's training and evaluation, the FlashAttention-3 plan and build, and the toy pair's acceptance. Each
+returns the text the command prints on stdout, so that the CLI has one output path (`--json` or this text);
+`*_diagnostics` return the lines that belong on stderr. Tables are drawn by rich without a terminal, as the
 benchmark table is, at the width the caller's console has."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ..fa3 import Fa3BuildResult, Fa3Plan
     from ..plan import MemoryPlan
     from ..quantize import QuantizeResult
+    from ..toy import ToyReport
 
 
 def table_text(table: Table, width: int) -> str:
@@ -209,3 +210,22 @@ def fa3_plan_text(plan: Fa3Plan) -> str:
     )
     lines.append(plan.shell())
     return _lines(lines)
+
+
+def toy_diagnostics(report: ToyReport, width: int = 100) -> list[str]:
+    from rich.table import Table
+
+    t, d = report.target, report.draft
+    table = Table(title="greedy acceptance of the draft (held-out code prompts)", title_justify="left")
+    for col in ("k", "accepted/step", "rate", "tokens/step", "per position"):
+        table.add_column(col, justify="right")
+    for a in report.acceptance.by_k:
+        per = " ".join(f"{r:.2f}" for r in a.per_position)
+        table.add_row(
+            str(a.k), f"{a.mean_accepted:.2f}", f"{a.acceptance_rate:.0%}", f"{a.tokens_per_step:.2f}", per
+        )
+    return [
+        f"target {t.params / 1e6:.2f}M params, held-out perplexity {t.heldout_perplexity:.2f}; "
+        f"draft {d.params / 1e6:.2f}M, {d.heldout_perplexity:.2f}",
+        table_text(table, width).rstrip("\n"),
+    ]
