@@ -1,14 +1,16 @@
-"""What several commands share: option aliases declared once, the two consoles (data on stdout,
-diagnostics on stderr), config resolution from typed flags, and JSON output."""
+"""What several commands share: the two consoles (data on stdout, diagnostics on stderr), config resolution
+from typed flags, and `emit`, the one output path (`--json` or the text a formatter renders). The shared
+options themselves are declared in `_options`."""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import typer
+from pydantic import BaseModel
 from rich.console import Console
 from rich.text import Text
 
@@ -18,14 +20,6 @@ from specq.pipeline.config import SpecqConfig, resolve_config
 # explicitly (Text, style=) where it is wanted.
 out = Console(soft_wrap=True, markup=False)  # data
 err = Console(stderr=True, soft_wrap=True, markup=False)  # progress, logs, hints
-
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option("--config", "-c", help="TOML or tutorial-style INI file, or the name of a packaged preset."),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="More diagnostics on stderr.")]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only errors on stderr.")]
 
 
 class State:
@@ -52,15 +46,10 @@ def progress(msg: str) -> None:
     info(Text.assemble(("•", "cyan"), f" {msg}"))
 
 
-def status_text(status: str) -> Text:
-    """A verdict or check status in its colour."""
-    colour = {"accepted": "green", "ok": "green", "fixable": "yellow", "warn": "yellow"}.get(status, "red")
-    return Text(status, style=colour)
-
-
 def typed(**options: Any) -> dict[str, Any]:
-    """Keep only the options the user actually typed (Typer defaults are None)."""
-    return {k: v for k, v in options.items() if v is not None}
+    """Keep only the options the user actually typed (Typer defaults are None); paths become the strings
+    the config sections hold."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in options.items() if v is not None}
 
 
 def resolve(config: Path | None, **sections: dict[str, Any]) -> SpecqConfig:
@@ -68,5 +57,35 @@ def resolve(config: Path | None, **sections: dict[str, Any]) -> SpecqConfig:
 
 
 def emit_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.write(json.dumps(jsonable(data), indent=2, default=str) + "\n")
     sys.stdout.flush()
+
+
+def jsonable(data: Any) -> Any:
+    """A result (a pydantic model, or lists and dicts of them) as plain JSON data."""
+    if isinstance(data, BaseModel):
+        return data.model_dump(mode="json")
+    if isinstance(data, list | tuple):
+        return [jsonable(x) for x in data]
+    if isinstance(data, dict):
+        return {k: jsonable(v) for k, v in data.items()}
+    return data
+
+
+def emit(
+    result: Any,
+    as_json: bool,
+    text: Callable[[Any], str] | None = None,
+    diagnostics: Iterable[str] = (),
+) -> None:
+    """The one output path of every command: with --json the result as one JSON document on stdout;
+    otherwise the diagnostics on stderr and the result rendered by `text` (a formatter) on stdout."""
+    if as_json:
+        emit_json(result)
+        return
+    for line in diagnostics:
+        info(line)
+    rendered = text(result) if text is not None else ""
+    if rendered:
+        end = "" if rendered.endswith("\n") else "\n"
+        out.print(rendered, end=end, highlight=False, markup=False, soft_wrap=True)

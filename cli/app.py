@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import typer
@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 from specq.pipeline import __version__
 from specq.pipeline.errors import SpecqError, Terminated, os_error
 
-from . import _common
+from . import _common, _options
 
 
 class SpecqGroup(TyperGroup):
@@ -150,8 +150,8 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    verbose: _common.VerboseOpt = False,
-    quiet: _common.QuietOpt = False,
+    verbose: _options.VerboseOpt = False,
+    quiet: _options.QuietOpt = False,
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Show the version."
     ),
@@ -169,11 +169,22 @@ def _root(
 
 
 def _register() -> None:
-    # Imported here so that each command module stays light: heavy imports live in pipeline functions.
+    """The one place commands join the app: a function becomes `specq NAME`, a Typer app a group of
+    subcommands (`specq NAME SUB`), each declared with decorators in its own module. Command modules stay
+    light: heavy imports live in the pipeline functions they call."""
     from . import bench, config, convert, demo, doctor, draft, fa3, plan, quantize, report, serve, toy
 
-    for module in (quantize, convert, serve, bench, plan, report, doctor, config, toy, draft, fa3, demo):
-        module.register(app)
+    commands: dict[str, Callable[..., Any] | typer.Typer] = {
+        "quantize": quantize.quantize, "convert": convert.convert, "serve": serve.serve_app,
+        "bench": bench.bench, "plan": plan.plan, "report": report.report_app, "doctor": doctor.doctor,
+        "config": config.config_app, "toy": toy.toy_app, "draft": draft.draft_app, "fa3": fa3.fa3_app,
+        "demo": demo.demo,
+    }  # fmt: skip
+    for name, entry in commands.items():
+        if isinstance(entry, typer.Typer):
+            app.add_typer(entry, name=name)
+        else:
+            app.command(name)(entry)
 
 
 _register()

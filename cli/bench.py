@@ -3,28 +3,32 @@ on servers specq starts itself; the work is `specq.pipeline.bench.run_bench`."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from ._common import ConfigOpt, JsonOpt, emit_json, out, progress, resolve
+from ._common import emit, progress, resolve
+from ._options import (
+    BackendOpt,
+    ConfigOpt,
+    DraftModelOpt,
+    DraftTokensOpt,
+    EngineOpt,
+    JsonOpt,
+    MethodOpt,
+    OutOpt,
+)
 
 Opt = typer.Option
 
 
 def bench(
     model: Annotated[str | None, typer.Argument(help="Target checkpoint to serve (omit with --url).")] = None,
-    draft_model: Annotated[str | None, Opt("--draft-model", help="Draft checkpoint.")] = None,
-    engine: Annotated[str | None, Opt("--engine", help="lmdeploy | embedded | auto.")] = None,
-    backend: Annotated[str | None, Opt("--backend", help="turbomind | pytorch | auto.")] = None,
-    method: Annotated[
-        str | None, Opt("--method", help="Speculative method (default: from the draft).")
-    ] = None,
-    draft_tokens: Annotated[
-        str | None,
-        Opt("--draft-tokens", help="k values: 3..6, 3,4,6 or 4 (default: 3..6; DFlash: to block-1)."),
-    ] = None,
+    draft_model: DraftModelOpt = None,
+    engine: EngineOpt = None,
+    backend: BackendOpt = None,
+    method: MethodOpt = None,
+    draft_tokens: DraftTokensOpt = None,
     baseline_engine: Annotated[
         str | None, Opt("--baseline-engine", help="same | turbomind | pytorch | embedded (comma list).")
     ] = None,
@@ -65,7 +69,7 @@ def bench(
         str | None, Opt("--max-error-rate", help="Fail a run above this, e.g. 10%.")
     ] = None,
     gpu_bandwidth: Annotated[float | None, Opt("--gpu-bandwidth", help="GB/s for the roofline.")] = None,
-    out_dir: Annotated[str | None, Opt("--out", help="Report directory.")] = None,
+    out_dir: OutOpt = None,
     min_speedup: Annotated[float | None, Opt("--min-speedup", help="Gate: best k's speedup ≥ X.")] = None,
     baseline_report: Annotated[
         str | None, Opt("--baseline-report", help="Gate: an older report.json.")
@@ -74,13 +78,13 @@ def bench(
         str | None, Opt("--max-regression", help="Gate: allowed drop, e.g. 5%.")
     ] = None,
     config: ConfigOpt = None,
-    json_: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Benchmark tokens/s, per-token latency, acceptance (from /metrics), NVML telemetry and the best
     draft-token count; a sweep restarts the server for every k next to a k = 0 baseline. Every run warms
     up to steady state, is measured in --trials trials (median and spread) and checked against the
-    server's own counters. Writes report.json, runs.csv, summary.md and plots to --out. Gates exit 3 (on
-    the conservative end of the trials); a run that measured nothing exits 5.
+    server's own counters. Writes report.json, runs.csv, summary.md and plots to the --out directory. Gates
+    exit 3 (on the conservative end of the trials); a run that measured nothing exits 5.
 
     Example: specq bench ./target --draft-model ./draft --draft-tokens 3..6 --min-speedup 1.2
     """
@@ -94,25 +98,16 @@ def bench(
         engine=dict(engine=engine, backend=backend),
         speculative=dict(method=method),
         bench=dict(
-            url=url, served_model_name=served_model, draft_tokens=draft_tokens,
-            baseline_engine=baseline_engine,
-            suite=suite, prompts=prompts, dataset=dataset, field=field, mode=mode, requests=requests,
+            url=url, served_model_name=served_model, draft_tokens=draft_tokens, suite=suite, prompts=prompts,
+            baseline_engine=baseline_engine, dataset=dataset, field=field, mode=mode, requests=requests,
             max_tokens=max_tokens, concurrency=concurrency, warmup=warmup, warmup_passes=warmup_passes,
             warmup_tolerance=warmup_tolerance, trials=trials, consistency_tolerance=consistency_tolerance,
-            repeats=repeats,
-            temperature=temperature, seed=seed, ignore_eos=ignore_eos, tokenizer=tokenizer,
+            repeats=repeats, temperature=temperature, seed=seed, ignore_eos=ignore_eos, tokenizer=tokenizer,
             request_timeout_s=timeout, max_error_rate=max_error_rate, gpu_bandwidth_gbps=gpu_bandwidth,
             out=out_dir, min_speedup=min_speedup, baseline_report=baseline_report,
             max_regression=max_regression,
         ),
     )  # fmt: skip
-    report = run_bench(cfg, progress=progress, out_dir=Path(out_dir) if out_dir else None)
-    if json_:
-        emit_json(report.model_dump(mode="json"))
-    else:
-        out.print(render(report, "table"), end="", highlight=False, markup=False)
+    report = run_bench(cfg, progress=progress, out_dir=out_dir)
+    emit(report, as_json, lambda r: render(r, "table"))
     enforce_gates(report)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("bench")(bench)

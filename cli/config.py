@@ -9,7 +9,8 @@ import typer
 from specq.pipeline.config import STAGES, config_to_toml, preset_names, resolve_config
 from specq.pipeline.errors import UsageError
 
-from ._common import ConfigOpt, JsonOpt, emit_json, out
+from ._common import emit
+from ._options import ConfigOpt, JsonOpt
 
 config_app = typer.Typer(help="Inspect configuration.", no_args_is_help=True)
 
@@ -20,7 +21,7 @@ def show(
     stage: Annotated[
         str | None, typer.Option(help=f"Only one stage's sections: {', '.join(STAGES)}.")
     ] = None,
-    json_: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Print the resolved configuration.
 
@@ -30,26 +31,16 @@ def show(
         raise UsageError(f"--stage: unknown stage '{stage}'; choose one of {', '.join(STAGES)}")
     cfg = resolve_config(config)
     sections = STAGES[stage] if stage else None
-    if json_:
-        data = cfg.model_dump(mode="json", by_alias=True)
-        emit_json({k: v for k, v in data.items() if not sections or k in sections})
-    else:
-        out.print(config_to_toml(cfg, sections), highlight=False, markup=False)
+    data = {
+        k: v for k, v in cfg.model_dump(mode="json", by_alias=True).items() if not sections or k in sections
+    }
+    emit(data, as_json, lambda _: config_to_toml(cfg, sections))
 
 
 @config_app.command("presets")
-def presets(json_: JsonOpt = False) -> None:
+def presets(as_json: JsonOpt = False) -> None:
     """List the packaged presets (usable as --config NAME).
 
     Example: specq config presets
     """
-    names = preset_names()
-    if json_:
-        emit_json(names)
-    else:
-        for n in names:
-            out.print(n, highlight=False)
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(config_app, name="config")
+    emit(preset_names(), as_json, lambda names: "\n".join(names))

@@ -10,36 +10,28 @@ import typer
 
 from specq.pipeline.demo import run_demo
 
-from ._common import JsonOpt, emit_json, info, out, progress
+from ._common import emit, progress
+from ._options import JsonOpt, OutOpt
 
 
 def demo(
-    out_dir: Annotated[
-        Path | None,
-        typer.Option("--out", help="Where every artifact goes (must be empty; default specq-out/demo-TIME)."),
-    ] = None,
+    out_dir: OutOpt = None,
     quick: Annotated[bool, typer.Option("--quick", help="Fewer prompts and tokens (what CI runs).")] = False,
-    json_: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Run the whole pipeline on the project's toy models, on CPU, with no downloads: build the toy pair,
     quantize the target to 4-bit GPTQ, check it with convert (and repack it to AWQ), serve it with the
-    embedded engine and the toy draft, and sweep --draft-tokens 3..6 against the baseline.
+    embedded engine and the toy draft, and sweep --draft-tokens 3..6 against the baseline. Every artifact goes
+    to the --out directory (must be empty; default specq-out/demo-TIME).
 
     Example: specq demo --quick --out /tmp/specq-demo
     """
     if out_dir is None:
         out_dir = Path("specq-out") / time.strftime("demo-%Y%m%d-%H%M%S")
     result = run_demo(out_dir, quick=quick, progress=progress)
-    if json_:
-        emit_json(result.model_dump(mode="json"))
-        return
-    out.print(result.summary_table, highlight=False, markup=False)
-    info(f"reports: {Path(result.bench_report).parent} (report.json, runs.csv, summary.md, plots/)")
-    info(
-        f"demo finished in {result.seconds:.0f} s: "
-        + ", ".join(f"{k} {v:.0f} s" for k, v in result.stage_seconds.items())
-    )
-
-
-def register(app: typer.Typer) -> None:
-    app.command("demo")(demo)
+    times = ", ".join(f"{k} {v:.0f} s" for k, v in result.stage_seconds.items())
+    diagnostics = [
+        f"reports: {Path(result.bench_report).parent} (report.json, runs.csv, summary.md, plots/)",
+        f"demo finished in {result.seconds:.0f} s: {times}",
+    ]
+    emit(result, as_json, lambda r: r.summary_table, diagnostics)

@@ -3,32 +3,21 @@
 from __future__ import annotations
 
 import typer
-from rich.table import Table
 
 from specq.pipeline.doctor import run_doctor
+from specq.pipeline.report.text import doctor_text
 
-from ._common import JsonOpt, emit_json, out, status_text
+from ._common import emit, out
+from ._options import JsonOpt
 
 
-def doctor(json_: JsonOpt = False) -> None:
+def doctor(as_json: JsonOpt = False) -> None:
     """Check Python, hardware, GPUs (NVML), torch/CUDA, lmdeploy, TurboMind, FlashAttention-3 and the
     quantization backends. Exits 4 when a check fails.
 
     Example: specq doctor --json
     """
     report = run_doctor()
-    if json_:
-        emit_json(report.model_dump(mode="json"))
-    else:
-        table = Table(title="specq doctor")
-        for col in ("check", "status", "detail", "fix"):
-            table.add_column(col, overflow="fold")  # never cut a path or a command short
-        for c in report.checks:
-            table.add_row(c.name, status_text(c.status), c.detail, c.fix or "")
-        out.print(table)
+    emit(report, as_json, lambda r: doctor_text(r, out.width))
     if report.worst == "fail":
         raise typer.Exit(4)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("doctor")(doctor)

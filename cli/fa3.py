@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ._common import JsonOpt, emit_json, note, out, progress
+from ._common import emit, note, progress
+from ._options import JsonOpt, OutOpt
+
+if TYPE_CHECKING:
+    from specq.pipeline.fa3 import Fa3Plan
 
 fa3_app = typer.Typer(
     help="Build the FlashAttention-3 that LMDeploy's speculative decoding needs, for your models and GPU.",
@@ -27,6 +31,7 @@ class DtypeOpt(str, Enum):
     fp16 = "fp16"
 
 
+@fa3_app.command("build")
 def build(
     source: Annotated[
         Path,
@@ -63,18 +68,17 @@ def build(
             "--check/--no-check", help="Self-check against torch SDPA before installing (needs a GPU)."
         ),
     ] = True,
-    out_dir: Annotated[
-        Path | None,
-        typer.Option("--out", help="Write the built modules to this new directory instead of installing."),
-    ] = None,
-    json_out: JsonOpt = False,
+    out_dir: OutOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Derive the kernel set from MODELs (head dims, dtype: AWQ → fp16, arch), build only that from the
-    flash-attention checkout, self-check it against torch, and install it into this environment.
+    flash-attention checkout, self-check it against torch, and install it into this environment (or, with
+    --out, write the built modules to that new directory instead of installing).
 
     Example: specq fa3 build --source ./flash-attention ./toy/target ./toy-dflash --dry-run
     """
     from specq.pipeline.fa3 import build_fa3, make_plan
+    from specq.pipeline.report.text import fa3_build_text
 
     dt = dtype.value if dtype else None
     plan = make_plan(
@@ -84,47 +88,18 @@ def build(
     for line in plan.notes:
         note(line)
     if dry_run:
-        _dry_run(plan, json_out)
+        _dry_run(plan, as_json)
         return
     result = build_fa3(plan, check=check, out=out_dir, progress=progress)
-    if json_out:
-        emit_json(result.model_dump(mode="json"))
-        return
-    out.print(
-        f"FA3 built in {result.build_seconds:.0f}s ({len(plan.kernel_files)} kernel files, {plan.arch})"
-    )
-    for c in result.cases:
-        out.print(f"  self-check {c.name}: max abs err {c.max_abs_err:.2e} (≤ {c.tolerance:g})")
-    for p in result.installed:
-        out.print(f"installed: {p}")
-    if result.out:
-        out.print(f"written to: {result.out}")
+    emit(result, as_json, lambda r: fa3_build_text(r, plan))
 
 
-def _dry_run(plan: object, json_out: bool) -> None:
-    from specq.pipeline.fa3 import Fa3Plan
+def _dry_run(plan: Fa3Plan, as_json: bool) -> None:
     from specq.pipeline.fa3.plan import probe_toolchain
+    from specq.pipeline.report.text import fa3_plan_text
 
-    assert isinstance(plan, Fa3Plan)
     _, problems = probe_toolchain()
     for problem in problems:
         note(f"a build here would stop: {problem}")
-    if json_out:
-        emit_json(plan.model_dump(mode="json") | {"shell": plan.shell(), "problems": problems})
-        return
-    ks = plan.kernels
-    out.print(f"# arch {plan.arch} ({plan.arch_reason})")
-    for m in plan.models:
-        dims = ", ".join(map(str, m.head_dims)) or "none"
-        out.print(f"# {m.role} {m.path}: head dim {dims}; {'/'.join(m.dtypes)} ({m.dtype_reason})")
-    out.print(
-        f"# kernels: head dims {', '.join(map(str, ks.hdims))} × {'+'.join(ks.dtypes)} × paged/not paged; "
-        f"{len(plan.kernel_files)} kernel files, {len(plan.sources)} compile steps, {plan.jobs} jobs "
-        f"({plan.cores} cores, {plan.memory_gib} GiB available)"
-    )
-    out.print(plan.shell())
-
-
-def register(app: typer.Typer) -> None:
-    fa3_app.command("build")(build)
-    app.add_typer(fa3_app, name="fa3")
+    data = plan.model_dump(mode="json") | {"shell": plan.shell(), "problems": problems}
+    emit(data, as_json, lambda _: fa3_plan_text(plan))

@@ -6,36 +6,33 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from specq.pipeline.errors import EnvironmentMissing
-from specq.pipeline.plan import MemoryPlan, plan_for_config
+from specq.pipeline.plan import plan_for_config
+from specq.pipeline.report.text import plan_diagnostics, plan_text
 
-from ._common import ConfigOpt, JsonOpt, emit_json, info, out, resolve
+from ._common import emit, out, resolve
+from ._options import ConfigOpt, DraftModelOpt, DraftTokensOpt, EngineOpt, JsonOpt
 
 
 def plan(
     model: Annotated[
         Path | None, typer.Argument(help="Target checkpoint directory (config.json is enough).")
     ] = None,
-    draft_model: Annotated[Path | None, typer.Option("--draft-model", help="Drafter directory.")] = None,
+    draft_model: DraftModelOpt = None,
     gpu_memory: Annotated[str | None, typer.Option("--gpu-memory", help="e.g. 24GiB; default: NVML.")] = None,
     batch: Annotated[int | None, typer.Option("--batch", min=1, help="Concurrent sequences.")] = None,
     session_len: Annotated[
         int | None, typer.Option("--session-len", min=64, help="Tokens per session.")
     ] = None,
-    draft_tokens: Annotated[
-        int | None, typer.Option("--draft-tokens", min=0, max=15, help="Draft tokens per step.")
-    ] = None,
-    engine: Annotated[
-        str | None, typer.Option("--engine", help="Memory model: lmdeploy or embedded.")
-    ] = None,
+    draft_tokens: DraftTokensOpt = None,
+    engine: EngineOpt = None,
     kv_dtype: Annotated[
         str | None, typer.Option("--kv-dtype", help="KV dtype: auto, float16, bfloat16, int8 or int4.")
     ] = None,
     check: Annotated[bool, typer.Option("--check", help="Exit 4 when it will not fit.")] = False,
     config: ConfigOpt = None,
-    json_: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Plan GPU memory: weights, KV cache, recurrent state, drafter, margins; recommend cache_max_entry_count
     and the longest session_len that fits. Reads config.json and safetensors headers only (no torch).
@@ -45,50 +42,11 @@ def plan(
     """
     cfg = resolve(
         config,
-        model={
-            "model_path": str(model) if model else None,
-            "draft_model_path": str(draft_model) if draft_model else None,
-            "num_draft_tokens": draft_tokens,
-        },
-        plan={
-            "gpu_memory": gpu_memory,
-            "batch": batch,
-            "session_len": session_len,
-            "engine": engine,
-            "kv_dtype": kv_dtype,
-        },
-    )
+        model={"model_path": model, "draft_model_path": draft_model, "num_draft_tokens": draft_tokens},
+        plan={"gpu_memory": gpu_memory, "batch": batch, "session_len": session_len, "engine": engine,
+              "kv_dtype": kv_dtype},
+    )  # fmt: skip
     result = plan_for_config(cfg)
-    if json_:
-        emit_json(result.model_dump(mode="json"))
-    else:
-        _render(result)
+    emit(result, as_json, lambda r: plan_text(r, out.width), plan_diagnostics(result))
     if check and not result.fits:
         raise EnvironmentMissing(result.verdict)
-
-
-def _render(p: MemoryPlan) -> None:
-    table = Table(
-        title=f"specq plan ({p.engine} engine, batch {p.batch}, session_len {p.session_len or '-'})"
-    )
-    table.add_column("item")
-    table.add_column("GiB", justify="right")
-    table.add_column("note")
-    for r in p.rows:
-        table.add_row(r.item, f"{r.bytes / 2**30:.2f}", r.note)
-    out.print(table)
-    colour = "green" if p.fits else "red"
-    out.print(p.verdict, style=colour, highlight=False)
-    if p.engine == "lmdeploy" and p.cache_max_entry_count is not None:
-        out.print(
-            f"recommended: --cache-max-entry-count {p.cache_max_entry_count} "
-            f"--max-prefill-token-num {p.max_prefill_token_num} "
-            f"--session-len {p.session_len or p.max_session_len}",
-            highlight=False,
-        )
-    for a in p.advice:
-        info(f"would fit: {a}")
-
-
-def register(app: typer.Typer) -> None:
-    app.command("plan")(plan)

@@ -6,17 +6,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from specq.pipeline.errors import UsageError
 
-from ._common import ConfigOpt, JsonOpt, emit_json, out, progress, resolve
+from ._common import emit, out, progress, resolve
+from ._options import ConfigOpt, JsonOpt, OutOpt
 
 Opt = typer.Option
-
-
-def register(app: typer.Typer) -> None:
-    app.command("quantize")(quantize)
 
 
 def quantize(
@@ -28,16 +24,24 @@ def quantize(
             help="Calibration: FILE (.jsonl .json .parquet .csv .txt), DIR, or hub NAME[:CONFIG[:SPLIT]].",
         ),
     ] = None,
-    out_dir: Annotated[Path | None, Opt("--out", "-o", help="Output directory (must not exist).")] = None,
+    out_dir: OutOpt = None,
     method: Annotated[
-        str | None, Opt("--method", help="gptq | awq (default: awq --for speculative, gptq --for plain).")
+        str | None,
+        Opt(
+            "--method",
+            help="Quantization method: gptq | awq (default: awq --for speculative, gptq --for plain).",
+        ),
     ] = None,
     target: Annotated[
         str | None,
         Opt("--for", help="speculative (default: output the PyTorch engine speculates with) | plain."),
     ] = None,
-    backend: Annotated[
-        str | None, Opt("--backend", help="gptqmodel (default) | llmcompressor | autoawq | lmdeploy.")
+    quant_backend: Annotated[
+        str | None,
+        Opt(
+            "--quant-backend",
+            help="Quantization backend: gptqmodel (default) | llmcompressor | autoawq | lmdeploy.",
+        ),
     ] = None,
     bits: Annotated[int | None, Opt("--bits", help="Weight bits (TurboMind: 4).")] = None,
     group_size: Annotated[
@@ -72,16 +76,19 @@ def quantize(
         int | None, Opt("--eval-samples", help="Held-out samples for perplexity.")
     ] = None,
     config: ConfigOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Quantize a checkpoint to 4-bit GPTQ or AWQ with your calibration data, ready for LMDeploy.
+
+    --out is the directory to create for the quantized checkpoint (it must not exist).
 
     Example: specq quantize ./Qwen3-8B --calib data.jsonl --out ./Qwen3-8B-awq
     """
     from specq.pipeline.quantize import quantize as run
+    from specq.pipeline.report.text import quantize_text
 
-    section = dict(model=str(model), calib=calib, out=str(out_dir) if out_dir else None, method=method,
-                   backend=backend, bits=bits, group_size=group_size, sym=sym, desc_act=desc_act,
+    section = dict(model=str(model), calib=calib, out=out_dir, method=method,
+                   backend=quant_backend, bits=bits, group_size=group_size, sym=sym, desc_act=desc_act,
                    text_field=text_field, samples=samples, seqlen=seqlen, seed=seed, device=device,
                    turbomind_check=turbomind_check, evaluate=evaluate, eval_samples=eval_samples)  # fmt: skip
     section["for"] = target
@@ -89,52 +96,4 @@ def quantize(
     if not cfg.out:
         raise UsageError("no output directory: pass --out DIR")
     result = run(model, cfg, Path(cfg.out), progress=progress)
-    if json:
-        emit_json(result.model_dump(mode="json"))
-    else:
-        out.print(report_table(result))
-
-
-def report_table(r: object) -> Table:
-    from specq.pipeline.quantize import QuantizeResult
-
-    assert isinstance(r, QuantizeResult)
-    t = Table(title=f"specq quantize: {r.method.upper()} {r.bits}-bit g{r.group_size} via {r.backend}")
-    t.add_column("", style="bold")
-    t.add_column("value")
-    c, q = r.calibration, r.quality
-    rows = [
-        ("output", f"{r.out} ({r.format}{', repacked to AWQ' if r.repacked_to_awq else ''})"),
-        ("for", r.target),
-        (
-            "calibration",
-            f"{c.samples} samples x ≤{c.seqlen} tokens = {c.tokens_used} tokens ({c.texts} texts)",
-        ),
-        (
-            "size",
-            f"{_mib(r.size_original_bytes)} → {_mib(r.size_quantized_bytes)} ({r.compression_ratio:.2f}x)",
-        ),
-        (
-            "time",
-            f"{r.seconds_total:.1f} s (quantize {r.seconds_quantize:.1f} s, eval {r.seconds_eval:.1f} s)",
-        ),
-    ]
-    if q is not None:
-        if q.perplexity_original is not None and q.perplexity_quantized is not None:
-            rows.append(
-                (
-                    "perplexity",
-                    f"{q.perplexity_original:.3f} → {q.perplexity_quantized:.3f} "
-                    f"(x{q.perplexity_ratio:.3f}, {q.heldout_tokens} held-out tokens)",
-                )  # fmt: skip
-            )
-        if q.logits_cosine_mean is not None:
-            rows.append(("logits cosine", f"mean {q.logits_cosine_mean:.4f}, min {q.logits_cosine_min:.4f}"))
-    rows += [("warning", w) for w in r.warnings]
-    for k, v in rows:
-        t.add_row(k, v)
-    return t
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.2f} MiB"
+    emit(result, as_json, lambda r: quantize_text(r, out.width))

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from ._common import JsonOpt, emit_json, out
+from ._common import emit
+from ._options import JsonOpt
 
 report_app = typer.Typer(help="Show and compare saved benchmark reports.", no_args_is_help=True)
 
@@ -16,7 +17,7 @@ report_app = typer.Typer(help="Show and compare saved benchmark reports.", no_ar
 def show(
     run: Annotated[Path, typer.Argument(help="A report.json written by specq bench.")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | md | csv | json.")] = "table",
-    json_: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Render a saved benchmark report.
 
@@ -25,15 +26,14 @@ def show(
     from specq.pipeline.report import BenchReport
     from specq.pipeline.report.formatters import render
 
-    text = render(BenchReport.load(run), "json" if json_ else fmt)
-    out.print(text, end="" if text.endswith("\n") else "\n", highlight=False, markup=False, soft_wrap=True)
+    emit(BenchReport.load(run), as_json, lambda r: render(r, fmt))
 
 
 @report_app.command("compare")
 def compare(
     a: Annotated[Path, typer.Argument(help="Report A (the reference).")],
     b: Annotated[Path, typer.Argument(help="Report B (compared against A).")],
-    json_: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Compare two benchmark reports run by run: A, B, delta and relative change.
 
@@ -45,16 +45,7 @@ def compare(
 
     ra, rb = BenchReport.load(a), BenchReport.load(b)
     rows = compare_reports(ra, rb)
-    if json_:
-        emit_json({"a": str(a), "b": str(b), "workload_match": ra.workload.digest == rb.workload.digest,
-                   "rows": rows})  # fmt: skip
-        return
-    out.print(compare_table(rows, str(a), str(b)), end="", highlight=False, markup=False)
-    if ra.workload.digest != rb.workload.digest:
-        from ._common import note
-
-        note("the two reports measured different workloads (digests differ)")
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(report_app, name="report")
+    match = ra.workload.digest == rb.workload.digest
+    data = {"a": str(a), "b": str(b), "workload_match": match, "rows": rows}
+    notes = [] if match else ["note: the two reports measured different workloads (digests differ)"]
+    emit(data, as_json, lambda d: compare_table(d["rows"], d["a"], d["b"]), notes)

@@ -12,10 +12,11 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from specq.pipeline.config.models import Method
+from specq.pipeline.config import config_to_toml
 from specq.pipeline.serve import run
 
-from ._common import ConfigOpt, JsonOpt, emit_json, info, out, progress, resolve
+from ._common import emit, progress, resolve
+from ._options import BackendOpt, ConfigOpt, DraftModelOpt, DraftTokensOpt, EngineOpt, JsonOpt, MethodOpt
 
 
 class DefaultStartGroup(TyperGroup):
@@ -44,28 +45,15 @@ serve_app = typer.Typer(
     "Example: specq serve ./toy/target --draft-model ./toy/draft --draft-tokens 4 --engine embedded",
 )
 
-EngineName = Annotated[str | None, typer.Option("--engine", help="lmdeploy | embedded (default: auto).")]
-
 
 @serve_app.command("start", hidden=True, cls=StartCommand)
 def start(
     model: Annotated[str | None, typer.Argument(help="Target model directory (or model.model_path).")] = None,
-    draft_model: Annotated[str | None, typer.Option("--draft-model", help="Drafter directory.")] = None,
-    method: Annotated[
-        Method | None,
-        typer.Option(
-            "--method",
-            help="dflash | eagle3 | eagle | qwen3_5_mtp | deepseek_mtp | draft (default: detected).",
-        ),
-    ] = None,
-    draft_tokens: Annotated[
-        int | None,
-        typer.Option("--draft-tokens", "-k", help="Draft tokens per step, 1..15; 0 = no speculation."),
-    ] = None,
-    engine: EngineName = None,
-    backend: Annotated[
-        str | None, typer.Option("--backend", help="LMDeploy backend: turbomind | pytorch.")
-    ] = None,
+    draft_model: DraftModelOpt = None,
+    method: MethodOpt = None,
+    draft_tokens: DraftTokensOpt = None,
+    engine: EngineOpt = None,
+    backend: BackendOpt = None,
     host: Annotated[
         str | None, typer.Option("--host", help="Address to listen on (default 127.0.0.1).")
     ] = None,
@@ -103,7 +91,7 @@ def start(
         bool, typer.Option("--detach", help="Leave the server running; see serve status|stop.")
     ] = False,
     config: ConfigOpt = None,
-    json_: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Serve MODEL with LMDeploy or the embedded engine, optionally with speculative decoding, until
     Ctrl-C (or leave it running with --detach; then `specq serve status` and `specq serve stop`).
@@ -121,66 +109,55 @@ def start(
         speculative={"method": method},
     )  # fmt: skip
     if dry_run:
-        result = run.dry_run(cfg, run_dir, progress)
-        if json_:
-            emit_json(result.model_dump(mode="json"))
-        else:
-            out.print(result.command_line, highlight=False, markup=False, soft_wrap=True)
-            from specq.pipeline.config import config_to_toml
-
-            info(config_to_toml(cfg, run.STAGES["serve"]).rstrip())
+        toml = config_to_toml(cfg, run.STAGES["serve"]).rstrip()
+        emit(run.dry_run(cfg, run_dir, progress), as_json, lambda r: r.command_line, [toml])
         return
     if detach:
         result = run.serve_detached(cfg, run_dir, progress)
-        _announce(result, json_, detached=True)
+        _announce(result, as_json, detached=True)
         return
-    run.serve_foreground(cfg, run_dir, progress, on_ready=lambda r: _announce(r, json_, detached=False))
+    run.serve_foreground(cfg, run_dir, progress, on_ready=lambda r: _announce(r, as_json, detached=False))
 
 
-def _announce(result: run.ServeInfo, json_: bool, *, detached: bool) -> None:
-    if json_:
-        emit_json(result.model_dump(mode="json"))
-        return
+def _announce(result: run.ServeInfo, as_json: bool, *, detached: bool) -> None:
     spec = f", {result.method} K={result.draft_tokens}" if result.method else ""
-    out.print(f"{result.url}/v1 {result.model_name}", highlight=False, markup=False)
-    info(f"serving {result.model_name} with {result.engine}{spec} (pid {result.pid}; log {result.log})")
-    info("stop it with: specq serve stop" if detached else "press Ctrl-C to stop")
+    diagnostics = [
+        f"serving {result.model_name} with {result.engine}{spec} (pid {result.pid}; log {result.log})",
+        "stop it with: specq serve stop" if detached else "press Ctrl-C to stop",
+    ]
+    emit(result, as_json, lambda r: f"{r.url}/v1 {r.model_name}", diagnostics)
 
 
 @serve_app.command("status")
-def status(json_: JsonOpt = False) -> None:
+def status(as_json: JsonOpt = False) -> None:
     """List detached servers and whether they still run.
 
     Example: specq serve status --json
     """
     servers = run.status()
-    if json_:
-        emit_json([s.model_dump(mode="json") for s in servers])
-        return
-    if not servers:
-        info("no detached specq servers")
-    for s in servers:
-        state = "running" if s.running else "gone"
-        out.print(
-            f"{s.info.url}\t{s.info.model_name}\t{s.info.engine}\tpid {s.info.pid}\t{state}", highlight=False
+    lines = [
+        "\t".join(
+            (
+                s.info.url,
+                s.info.model_name,
+                s.info.engine,
+                f"pid {s.info.pid}",
+                "running" if s.running else "gone",
+            )
         )
+        for s in servers
+    ]
+    emit(servers, as_json, lambda _: "\n".join(lines), [] if servers else ["no detached specq servers"])
 
 
 @serve_app.command("stop")
 def stop(
     port: Annotated[int | None, typer.Option("--port", help="Only the server on this port.")] = None,
-    json_: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Stop detached servers (SIGTERM, then SIGKILL after a grace period).
 
     Example: specq serve stop --port 23333
     """
     stopped = run.stop(port, progress)
-    if json_:
-        emit_json([s.model_dump(mode="json") for s in stopped])
-    elif not stopped:
-        info("no running detached specq server")
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(serve_app, name="serve")
+    emit(stopped, as_json, None, [] if stopped else ["no running detached specq server"])

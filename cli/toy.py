@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from ._common import JsonOpt, emit_json, err, info, out, progress
+from ._common import emit, err, progress
+from ._options import JsonOpt
 
 toy_app = typer.Typer(help="Build the project's own tiny target/draft model pair.", no_args_is_help=True)
 
@@ -24,6 +25,7 @@ class Drafter(str, Enum):
     dflash = "dflash"
 
 
+@toy_app.command("build")
 def build(
     out_dir: Annotated[
         Path, typer.Argument(metavar="OUT", help="Directory to receive target/, draft/ and toy_report.json.")
@@ -44,13 +46,14 @@ def build(
             help="model: the distilled small Qwen3 draft only; dflash: also a DFlash drafter in OUT/dflash.",
         ),
     ] = Drafter.model,
-    json_: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Build the toy Qwen3 target and its distilled draft (cached under ${SPECQ_CACHE:-~/.cache/specq}/toy).
 
     Example: specq toy build specq-out/toy --size small --seed 0
     """
     from specq.pipeline.fsutil import check_writable
+    from specq.pipeline.report.text import toy_diagnostics
     from specq.pipeline.toy import build_toy_pair, export_toy_pair
 
     check_writable(out_dir, what="OUT")  # before the build (minutes when not cached)
@@ -62,38 +65,8 @@ def build(
 
         dflash = toy_dflash(built, Path(pair.root) / "dflash", progress=progress)
     report = pair.load_report()
-    if json_:
-        data = {"root": pair.root, "target": pair.target, "draft": pair.draft, "report": report.model_dump()}
-        emit_json(data | ({"dflash": dflash} if dflash else {}))
-        return
-    _acceptance_table(report)
-    out.print(f"target: {pair.target}\ndraft:  {pair.draft}\nreport: {pair.report}", highlight=False)
+    data = {"root": pair.root, "target": pair.target, "draft": pair.draft, "report": report.model_dump()}
+    lines = [f"target: {pair.target}", f"draft:  {pair.draft}", f"report: {pair.report}"]
     if dflash:
-        out.print(f"dflash: {dflash}", highlight=False)
-
-
-def _acceptance_table(report: object) -> None:
-    from rich.table import Table
-
-    from specq.pipeline.toy import ToyReport
-
-    assert isinstance(report, ToyReport)
-    info(
-        f"target {report.target.params / 1e6:.2f}M params, held-out perplexity "
-        f"{report.target.heldout_perplexity:.2f}; draft {report.draft.params / 1e6:.2f}M, "
-        f"{report.draft.heldout_perplexity:.2f}"
-    )
-    table = Table(title="greedy acceptance of the draft (held-out code prompts)", title_justify="left")
-    for col in ("k", "accepted/step", "rate", "tokens/step", "per position"):
-        table.add_column(col, justify="right")
-    for a in report.acceptance.by_k:
-        per = " ".join(f"{r:.2f}" for r in a.per_position)
-        table.add_row(
-            str(a.k), f"{a.mean_accepted:.2f}", f"{a.acceptance_rate:.0%}", f"{a.tokens_per_step:.2f}", per
-        )
-    err.print(table)
-
-
-def register(app: typer.Typer) -> None:
-    toy_app.command("build")(build)
-    app.add_typer(toy_app, name="toy")
+        data["dflash"], lines = dflash, [*lines, f"dflash: {dflash}"]
+    emit(data, as_json, lambda _: "\n".join(lines), toy_diagnostics(report, err.width))

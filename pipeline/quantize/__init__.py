@@ -115,7 +115,8 @@ def plan(cfg: QuantizeSection) -> tuple[str, bool, Backend, list[str]]:
         if kind == "local":
             raise UsageError(
                 f"backend '{backend.name}' calibrates only on named hub datasets (e.g. wikitext2, c4), "
-                f"not on local data like {cfg.calib}; use --backend gptqmodel to calibrate on your own data"
+                f"not on local data like {cfg.calib}; "
+                "use --quant-backend gptqmodel to calibrate on your own data"
             )
     return method, sym, backend, warnings
 

@@ -96,7 +96,7 @@ BACKENDS: dict[str, Backend] = {
 # Names users reach for that specq deliberately does not drive, with the reason.
 REFUSED = {
     "auto-gptq": "auto-gptq is archived and breaks with transformers >= 4.56 (which LMDeploy 0.18 needs); "
-    "use --backend gptqmodel, its maintained successor, which writes the same GPTQ format",
+    "use --quant-backend gptqmodel, its maintained successor, which writes the same GPTQ format",
 }
 REFUSED["auto_gptq"] = REFUSED["autogptq"] = REFUSED["auto-gptq"]
 

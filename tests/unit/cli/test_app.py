@@ -124,3 +124,37 @@ def test_import_noise_of_backends_is_quieted(cli) -> None:
     assert code == 0
     assert logging.getLogger("torchao").getEffectiveLevel() == logging.ERROR
     assert logging.getLogger("torch.utils._pytree").getEffectiveLevel() == logging.ERROR
+
+
+def _options_by_flag() -> dict[str, dict[tuple, list[str]]]:
+    """Every option of every command, grouped by its first flag: (flags, help, parameter name) → commands."""
+    import typer.main
+
+    from specq.cli.app import app
+
+    found: dict[str, dict[tuple, list[str]]] = {}
+
+    def walk(cmd, path: str) -> None:
+        for name, sub in (getattr(cmd, "commands", None) or {}).items():
+            walk(sub, f"{path} {name}")
+        for p in cmd.params:
+            if p.param_type_name == "option":
+                key = (tuple(p.opts), p.help, p.name)
+                found.setdefault(p.opts[0], {}).setdefault(key, []).append(path)
+
+    walk(typer.main.get_command(app), "specq")
+    return found
+
+
+def test_shared_options_have_one_declaration() -> None:
+    found = _options_by_flag()
+    for flag in ("--draft-model", "--draft-tokens", "--engine", "--backend", "--out", "--config", "--json"):
+        assert len(found[flag]) == 1, f"{flag} is declared differently: {found[flag]}"
+    # --method: the speculative method everywhere, except quantize's quantization method
+    methods = {k: v for k, v in found["--method"].items() if v != ["specq quantize"]}
+    assert len(methods) == 1, methods
+    backend_users = [c for commands in found["--backend"].values() for c in commands]
+    assert found["--quant-backend"] and "specq quantize" not in backend_users
+    ((flags, _, name),) = found["--draft-tokens"]
+    assert "-k" in flags and name == "draft_tokens"
+    assert [name for (_, _, name) in found["--json"]] == ["as_json"]

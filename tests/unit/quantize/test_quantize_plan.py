@@ -85,7 +85,7 @@ def test_cli_auto_gptq_is_one_line(cli, model_dir: Path, tmp_path: Path) -> None
     code, _, err = cli(
         "quantize",
         str(model_dir),
-        "--backend",
+        "--quant-backend",
         "auto-gptq",
         "--calib",
         "x.jsonl",
@@ -110,7 +110,7 @@ def test_cli_lmdeploy_refuses_local_data(cli, model_dir: Path, tmp_path: Path) -
     code, _, err = cli(
         "quantize",
         str(model_dir),
-        "--backend",
+        "--quant-backend",
         "lmdeploy",
         "--calib",
         str(data),

@@ -1,0 +1,231 @@
+"""Plain-text renderings of the stages' results other than the benchmark report (whose formatters are in
+`formatters`): quantize's quality table, convert's verdicts, plan's memory table, doctor's checks, the
+drafter's training and evaluation, the FlashAttention-3 plan and build, and the toy pair's acceptance. Each
+returns the text the command prints on stdout, so that the CLI has one output path (`--json` or this text);
+`*_diagnostics` return the lines that belong on stderr. Tables are drawn by rich without a terminal, as the
+benchmark table is, at the width the caller's console has."""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from ..convert.run import ConvertResult
+    from ..doctor import DoctorReport
+    from ..draft import DraftEvalReport, DraftTrainReport
+    from ..fa3 import Fa3BuildResult, Fa3Plan
+    from ..plan import MemoryPlan
+    from ..quantize import QuantizeResult
+    from ..toy import ToyReport
+
+
+def table_text(table: Table, width: int) -> str:
+    from rich.console import Console
+
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None, soft_wrap=False).print(table)
+    return buf.getvalue()
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+def quantize_text(r: QuantizeResult, width: int = 100) -> str:
+    from rich.table import Table
+
+    t = Table(title=f"specq quantize: {r.method.upper()} {r.bits}-bit g{r.group_size} via {r.backend}")
+    t.add_column("", style="bold")
+    t.add_column("value")
+    c, q = r.calibration, r.quality
+    rows = [
+        ("output", f"{r.out} ({r.format}{', repacked to AWQ' if r.repacked_to_awq else ''})"),
+        ("for", r.target),
+        (
+            "calibration",
+            f"{c.samples} samples x ≤{c.seqlen} tokens = {c.tokens_used} tokens ({c.texts} texts)",
+        ),
+        (
+            "size",
+            f"{_mib(r.size_original_bytes)} → {_mib(r.size_quantized_bytes)} ({r.compression_ratio:.2f}x)",
+        ),
+        (
+            "time",
+            f"{r.seconds_total:.1f} s (quantize {r.seconds_quantize:.1f} s, eval {r.seconds_eval:.1f} s)",
+        ),
+    ]
+    if q is not None:
+        if q.perplexity_original is not None and q.perplexity_quantized is not None:
+            rows.append(
+                (
+                    "perplexity",
+                    f"{q.perplexity_original:.3f} → {q.perplexity_quantized:.3f} "
+                    f"(x{q.perplexity_ratio:.3f}, {q.heldout_tokens} held-out tokens)",
+                )
+            )
+        if q.logits_cosine_mean is not None:
+            rows.append(("logits cosine", f"mean {q.logits_cosine_mean:.4f}, min {q.logits_cosine_min:.4f}"))
+    rows += [("warning", w) for w in r.warnings]
+    for k, v in rows:
+        t.add_row(k, v)
+    return table_text(t, width)
+
+
+def convert_text(result: ConvertResult, width: int = 100) -> str:
+    from rich.table import Table
+
+    lines: list[str] = []
+    if result.repack is not None:
+        lines.append(f"AWQ checkpoint: {result.repack.out}")
+    if result.cast is not None:
+        c = result.cast
+        lines.append(f"{c.dtype} copy: {c.out} ({c.tensors_cast} tensors cast, {c.tensors_copied} copied)")
+    rep = result.report
+    if rep is None:
+        return "".join(line + "\n" for line in lines)
+    draft = f", draft {rep.draft.kind} ({rep.draft.method or 'embedded only'})" if rep.draft else ""
+    lines.append(f"{rep.model}: {rep.architecture} · {rep.model_format}{draft}")
+    table = Table("engine", "verdict", "why", show_lines=False)
+    table.columns[2].overflow = "fold"
+    for v in rep.verdicts:
+        table.add_row(v.label, v.status, "; ".join(v.reasons))
+    text = "".join(line + "\n" for line in lines) + table_text(table, width)
+    after = [f"fix for {v.label}: {' && '.join(v.fixes)}" for v in rep.verdicts if v.fixes]  # whole lines
+    if rep.max_draft_tokens is not None:
+        after.append(f"largest --draft-tokens: {rep.max_draft_tokens}")
+    if rep.engine:
+        after.append(f"serve with: {rep.engine}")
+    return text + "".join(line + "\n" for line in after)
+
+
+def convert_diagnostics(result: ConvertResult) -> list[str]:
+    lines = []
+    if result.repack is not None:
+        r = result.repack
+        lines.append(
+            f"repacked {r.linears} linears (group {r.group_size}), copied {r.tensors_copied} tensors"
+        )
+    if result.cast is not None and result.cast.underflow_to_zero:
+        c = result.cast
+        lines.append(f"note: {c.underflow_to_zero} tiny nonzero weights became 0 in {c.dtype}")
+    if result.report is not None:
+        lines += [f"note: {n}" for n in result.report.notes]
+        if result.report.manifest:
+            lines.append(f"wrote {result.report.manifest}")
+    return lines
+
+
+def plan_text(p: MemoryPlan, width: int = 100) -> str:
+    from rich.table import Table
+
+    table = Table(
+        title=f"specq plan ({p.engine} engine, batch {p.batch}, session_len {p.session_len or '-'})"
+    )
+    table.add_column("item")
+    table.add_column("GiB", justify="right")
+    table.add_column("note")
+    for r in p.rows:
+        table.add_row(r.item, f"{r.bytes / 2**30:.2f}", r.note)
+    lines = [p.verdict]
+    if p.engine == "lmdeploy" and p.cache_max_entry_count is not None:
+        lines.append(
+            f"recommended: --cache-max-entry-count {p.cache_max_entry_count} "
+            f"--max-prefill-token-num {p.max_prefill_token_num} "
+            f"--session-len {p.session_len or p.max_session_len}"
+        )
+    return table_text(table, width) + "".join(line + "\n" for line in lines)
+
+
+def plan_diagnostics(p: MemoryPlan) -> list[str]:
+    return [f"would fit: {a}" for a in p.advice]
+
+
+def doctor_text(report: DoctorReport, width: int = 100) -> str:
+    from rich.table import Table
+
+    table = Table(title="specq doctor")
+    for col in ("check", "status", "detail", "fix"):
+        table.add_column(col, overflow="fold")  # never cut a path or a command short
+    for c in report.checks:
+        table.add_row(c.name, c.status, c.detail, c.fix or "")
+    return table_text(table, width)
+
+
+def _lines(lines: list[str]) -> str:
+    return "".join(line + "\n" for line in lines)
+
+
+def draft_train_text(report: DraftTrainReport) -> str:
+    ev = report.eval
+    return _lines(
+        [
+            f"drafter: {report.out}  ({report.steps} steps, {report.train_seconds:.0f}s training)",
+            f"acceptance by position: {' / '.join(f'{a:.2f}' for a in ev.acceptance_by_position)}",
+            f"τ (mean accepted length): {ev.tau:.2f}   "
+            f"best k: {ev.best_k} (predicted ×{ev.best_speedup:.2f})",
+        ]
+    )
+
+
+def draft_eval_text(report: DraftEvalReport) -> str:
+    k = report.block_size - 1
+    lines = [
+        f"acceptance by position: {' / '.join(f'{a:.2f}' for a in report.acceptance_by_position)}",
+        f"τ (mean accepted length, k={k}): {report.tau:.2f}  [{report.workload}]",
+    ]
+    if report.walk_tau:
+        lines.append(f"τ along the served path, k={k}: {report.walk_tau[-1]:.2f}")
+    for p in report.predictions:
+        lines.append(f"  k={p.k}: {p.tokens_per_step:.2f} tokens/step, predicted speedup ×{p.speedup:.2f}")
+    lines.append(
+        f"best k: {report.best_k} (×{report.best_speedup:.2f}; step cost {report.step_cost.fixed} + "
+        f"{report.step_cost.per_token}·k, an assumption until `specq bench` measures it)"
+    )
+    return _lines(lines)
+
+
+def fa3_build_text(result: Fa3BuildResult, plan: Fa3Plan) -> str:
+    lines = [f"FA3 built in {result.build_seconds:.0f}s ({len(plan.kernel_files)} kernel files, {plan.arch})"]
+    for c in result.cases:
+        lines.append(f"  self-check {c.name}: max abs err {c.max_abs_err:.2e} (≤ {c.tolerance:g})")
+    lines += [f"installed: {p}" for p in result.installed]
+    if result.out:
+        lines.append(f"written to: {result.out}")
+    return _lines(lines)
+
+
+def fa3_plan_text(plan: Fa3Plan) -> str:
+    ks = plan.kernels
+    lines = [f"# arch {plan.arch} ({plan.arch_reason})"]
+    for m in plan.models:
+        dims = ", ".join(map(str, m.head_dims)) or "none"
+        lines.append(f"# {m.role} {m.path}: head dim {dims}; {'/'.join(m.dtypes)} ({m.dtype_reason})")
+    lines.append(
+        f"# kernels: head dims {', '.join(map(str, ks.hdims))} × {'+'.join(ks.dtypes)} × paged/not paged; "
+        f"{len(plan.kernel_files)} kernel files, {len(plan.sources)} compile steps, {plan.jobs} jobs "
+        f"({plan.cores} cores, {plan.memory_gib} GiB available)"
+    )
+    lines.append(plan.shell())
+    return _lines(lines)
+
+
+def toy_diagnostics(report: ToyReport, width: int = 100) -> list[str]:
+    from rich.table import Table
+
+    t, d = report.target, report.draft
+    table = Table(title="greedy acceptance of the draft (held-out code prompts)", title_justify="left")
+    for col in ("k", "accepted/step", "rate", "tokens/step", "per position"):
+        table.add_column(col, justify="right")
+    for a in report.acceptance.by_k:
+        per = " ".join(f"{r:.2f}" for r in a.per_position)
+        table.add_row(
+            str(a.k), f"{a.mean_accepted:.2f}", f"{a.acceptance_rate:.0%}", f"{a.tokens_per_step:.2f}", per
+        )
+    return [
+        f"target {t.params / 1e6:.2f}M params, held-out perplexity {t.heldout_perplexity:.2f}; "
+        f"draft {d.params / 1e6:.2f}M, {d.heldout_perplexity:.2f}",
+        table_text(table, width).rstrip("\n"),
+    ]
