@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from specq.pipeline.doctor import run_doctor
-from specq.pipeline.report.text import doctor_text
+from specq.pipeline.doctor import doctor_text, run_doctor
 
 from ._common import emit, out
 from ._options import JsonOpt

@@ -183,3 +183,16 @@ def run_doctor(path: str = ".") -> DoctorReport:
             )
         )
     return DoctorReport(checks=checks, gpus=gpus, fa3=coverage)
+
+
+def doctor_text(report: DoctorReport, width: int = 100) -> str:
+    from rich.table import Table
+
+    from ..report.text import table_text
+
+    table = Table(title="specq doctor")
+    for col in ("check", "status", "detail", "fix"):
+        table.add_column(col, overflow="fold")  # never cut a path or a command short
+    for c in report.checks:
+        table.add_row(c.name, c.status, c.detail, c.fix or "")
+    return table_text(table, width)

@@ -1,5 +1,5 @@
 """Plain-text renderings of the stages' results other than the benchmark report (whose formatters are in
-`formatters`): quantize's quality table, convert's verdicts, plan's memory table, doctor's checks, the
+`formatters`): quantize's quality table, convert's verdicts, plan's memory table, the
 drafter's training and evaluation, the FlashAttention-3 plan and build, and the toy pair's acceptance. Each
 returns the text the command prints on stdout, so that the CLI has one output path (`--json` or this text);
 `*_diagnostics` return the lines that belong on stderr. Tables are drawn by rich without a terminal, as the
@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from ..convert.run import ConvertResult
-    from ..doctor import DoctorReport
     from ..draft import DraftEvalReport, DraftTrainReport
     from ..fa3 import Fa3BuildResult, Fa3Plan
     from ..plan import MemoryPlan
@@ -141,17 +140,6 @@ def plan_text(p: MemoryPlan, width: int = 100) -> str:
 
 def plan_diagnostics(p: MemoryPlan) -> list[str]:
     return [f"would fit: {a}" for a in p.advice]
-
-
-def doctor_text(report: DoctorReport, width: int = 100) -> str:
-    from rich.table import Table
-
-    table = Table(title="specq doctor")
-    for col in ("check", "status", "detail", "fix"):
-        table.add_column(col, overflow="fold")  # never cut a path or a command short
-    for c in report.checks:
-        table.add_row(c.name, c.status, c.detail, c.fix or "")
-    return table_text(table, width)
 
 
 def _lines(lines: list[str]) -> str:
