@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from specq.pipeline.config.models import DraftSection
-from specq.pipeline.draft import train_drafter
+from specq.pipeline.draft import DraftTrainRequest, train_drafter
 from specq.pipeline.toy import build_toy_pair
 
 
@@ -28,7 +28,8 @@ def main() -> None:
     print(f"toy pair ready in {time.perf_counter() - t0:.0f}s: {pair.target}", flush=True)
     load = os.getloadavg()
     cfg = DraftSection(steps=args.steps, threads=args.threads, device=args.device)
-    report = train_drafter(pair.target, args.out, cfg, progress=lambda m: print(m, flush=True))
+    request = DraftTrainRequest.from_config(cfg, target=pair.target, out=args.out)
+    report = train_drafter(request, progress=lambda m: print(m, flush=True))
     print(
         json.dumps(
             {

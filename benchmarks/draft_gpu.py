@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from specq.pipeline.config.models import DraftSection
-from specq.pipeline.draft import train_drafter
+from specq.pipeline.draft import DraftTrainRequest, train_drafter
 from specq.pipeline.toy import build_toy_pair
 
 
@@ -37,7 +37,8 @@ def main() -> None:
         eval_prompts=32,
         eval_tokens=128,
     )
-    report = train_drafter(pair.target, args.out, cfg, progress=lambda m: print(m, flush=True))
+    request = DraftTrainRequest.from_config(cfg, target=pair.target, out=args.out)
+    report = train_drafter(request, progress=lambda m: print(m, flush=True))
     ev = report.eval
     print(json.dumps(report.model_dump(mode="json"), indent=1))
     print(
