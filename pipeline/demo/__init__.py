@@ -54,7 +54,7 @@ def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_
     from ..convert.repack import repack_gptq_to_awq
     from ..quantize import QuantizeRequest, quantize
     from ..report.formatters import render
-    from ..toy import build_toy_pair
+    from ..toy import ToyRequest, build_toy_pair
     from ..toy.corpus import load_corpus, write_jsonl
 
     out = Path(out)
@@ -77,7 +77,7 @@ def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_
             progress(f"── stage {i + 1}/{len(STAGES)}: {STAGES[i]}")
 
     stage(0)
-    pair = build_toy_pair("small", progress=progress)
+    pair = build_toy_pair(ToyRequest(size="small"), progress=progress)
     toy_report = pair.load_report()
 
     stage(1)

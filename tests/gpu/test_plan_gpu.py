@@ -29,9 +29,9 @@ DRAFT_TOKENS = 4
 
 @pytest.fixture(scope="module")
 def pair() -> tuple[Path, Path]:
-    from specq.pipeline.toy import build_toy_pair
+    from specq.pipeline.toy import ToyRequest, build_toy_pair
 
-    p = build_toy_pair("small")
+    p = build_toy_pair(ToyRequest(size="small"))
     return Path(p.target), Path(p.draft)
 
 
