@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from specq.pipeline.config.models import DraftSection
-from specq.pipeline.draft import train_drafter
-from specq.pipeline.toy import build_toy_pair
+from specq.pipeline.draft import DraftTrainRequest, train_drafter
+from specq.pipeline.toy import ToyRequest, build_toy_pair
 
 
 def main() -> None:
@@ -24,11 +24,12 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    pair = build_toy_pair(args.size, seed=0, progress=lambda m: print("toy:", m, flush=True))
+    pair = build_toy_pair(ToyRequest(size=args.size, seed=0), progress=lambda m: print("toy:", m, flush=True))
     print(f"toy pair ready in {time.perf_counter() - t0:.0f}s: {pair.target}", flush=True)
     load = os.getloadavg()
     cfg = DraftSection(steps=args.steps, threads=args.threads, device=args.device)
-    report = train_drafter(pair.target, args.out, cfg, progress=lambda m: print(m, flush=True))
+    request = DraftTrainRequest.from_config(cfg, target=pair.target, out=args.out)
+    report = train_drafter(request, progress=lambda m: print(m, flush=True))
     print(
         json.dumps(
             {

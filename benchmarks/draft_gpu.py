@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from specq.pipeline.config.models import DraftSection
-from specq.pipeline.draft import train_drafter
-from specq.pipeline.toy import build_toy_pair
+from specq.pipeline.draft import DraftTrainRequest, train_drafter
+from specq.pipeline.toy import ToyRequest, build_toy_pair
 
 
 def main() -> None:
@@ -24,7 +24,7 @@ def main() -> None:
     ap.add_argument("--block-size", type=int, default=8)
     args = ap.parse_args()
     t0 = time.perf_counter()
-    pair = build_toy_pair(args.size, seed=0, progress=lambda m: print("toy:", m, flush=True))
+    pair = build_toy_pair(ToyRequest(size=args.size, seed=0), progress=lambda m: print("toy:", m, flush=True))
     print(f"toy pair ({args.size}) ready in {time.perf_counter() - t0:.0f}s: {pair.target}", flush=True)
     cfg = DraftSection(
         steps=args.steps,
@@ -37,7 +37,8 @@ def main() -> None:
         eval_prompts=32,
         eval_tokens=128,
     )
-    report = train_drafter(pair.target, args.out, cfg, progress=lambda m: print(m, flush=True))
+    request = DraftTrainRequest.from_config(cfg, target=pair.target, out=args.out)
+    report = train_drafter(request, progress=lambda m: print(m, flush=True))
     ev = report.eval
     print(json.dumps(report.model_dump(mode="json"), indent=1))
     print(

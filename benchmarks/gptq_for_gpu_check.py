@@ -26,9 +26,9 @@ def main() -> None:
         raise SystemExit(f"{root} already exists; remove it or choose another directory")
     model = args.model
     if model is None:
-        from specq.pipeline.toy import build_toy_pair
+        from specq.pipeline.toy import ToyRequest, build_toy_pair
 
-        model = build_toy_pair("small", seed=0).target
+        model = build_toy_pair(ToyRequest(size="small", seed=0)).target
     shutil.copytree(model, root / "model")
     quantize_gptq(root / "model", root, "cpu")
     print(f"wrote {root / 'model'} and {root / 'gptq'}")

@@ -37,7 +37,7 @@ def convert(
     Example: specq convert ./qwen3-gptq --to awq --out ./qwen3-awq
     Example: specq convert ./dflash-bf16 --dtype float16 --out ./dflash-fp16
     """
-    from specq.pipeline.convert import NotReady, run_convert
+    from specq.pipeline.convert import ConvertRequest, NotReady, run_convert
     from specq.pipeline.report.text import convert_diagnostics, convert_text
 
     cfg = resolve(
@@ -45,10 +45,7 @@ def convert(
         model={"model_path": model, "draft_model_path": draft_model, "num_draft_tokens": draft_tokens},
         convert={"to": to, "dtype": dtype, "out": out_dir, "engine_check": engine_check},
     )
-    k = cfg.model.num_draft_tokens or None
-    result = run_convert(
-        model, cfg.convert, draft_model=cfg.model.draft_model_path, draft_tokens=k, progress=progress
-    )
+    result = run_convert(ConvertRequest.from_config(cfg), progress=progress)
     emit(result, as_json, lambda r: convert_text(r, out.width), convert_diagnostics(result))
     if not result.ready and result.report is not None:
         fixes = result.report.fixes

@@ -42,12 +42,12 @@ def train(
 
     Example: specq draft train ./toy/target --out ./toy-dflash --steps 300 --device cpu
     """
-    from specq.pipeline.draft import train_drafter
+    from specq.pipeline.draft import DraftTrainRequest, train_drafter
     from specq.pipeline.report.text import draft_train_text
 
     section = dict(layers=layers, block_size=block_size, steps=steps, data=data, device=device, dtype=dtype)
     cfg = resolve(config, draft=dict(section, seed=seed, self_distill=self_distill))
-    report = train_drafter(target, out_dir, cfg.draft, progress)
+    report = train_drafter(DraftTrainRequest.from_config(cfg, target=target, out=out_dir), progress)
     emit(report, as_json, draft_train_text)
 
 
@@ -73,9 +73,18 @@ def evaluate(
 
     Example: specq draft eval ./toy/target ./toy-dflash --suite code --max-tokens 128 --json
     """
-    from specq.pipeline.draft import evaluate_drafter
+    from specq.pipeline.draft import DraftEvalRequest, evaluate_drafter
     from specq.pipeline.report.text import draft_eval_text
 
     cfg = resolve(config, draft=dict(data=data, device=device))
-    report = evaluate_drafter(target, draft, cfg.draft, prompts, progress, suite, max_tokens, requests)
+    request = DraftEvalRequest.from_config(
+        cfg,
+        target=target,
+        draft=draft,
+        prompts=prompts,
+        suite=suite,
+        max_tokens=max_tokens,
+        requests=requests,
+    )
+    report = evaluate_drafter(request, progress)
     emit(report, as_json, draft_eval_text)

@@ -77,20 +77,21 @@ def build(
 
     Example: specq fa3 build --source ./flash-attention ./toy/target ./toy-dflash --dry-run
     """
-    from specq.pipeline.fa3 import build_fa3, make_plan
+    from specq.pipeline.fa3 import Fa3Request, build_fa3, make_plan
     from specq.pipeline.report.text import fa3_build_text
 
-    dt = dtype.value if dtype else None
-    plan = make_plan(
-        source, models or [], arch=arch.value, head_dims=head_dim or [], dtypes=[dt] if dt else [],
-        dtype=dt, jobs=jobs,
+    request = Fa3Request(
+        source=str(source), models=tuple(map(str, models or [])), arch=arch.value,
+        head_dims=tuple(head_dim or []), dtype=dtype.value if dtype else None, jobs=jobs, check=check,
+        out=str(out_dir) if out_dir else None,
     )  # fmt: skip
+    plan = make_plan(request)
     for line in plan.notes:
         note(line)
     if dry_run:
         _dry_run(plan, as_json)
         return
-    result = build_fa3(plan, check=check, out=out_dir, progress=progress)
+    result = build_fa3(request, plan=plan, progress=progress)
     emit(result, as_json, lambda r: fa3_build_text(r, plan))
 
 

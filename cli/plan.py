@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from specq.pipeline.errors import EnvironmentMissing
-from specq.pipeline.plan import plan_for_config
+from specq.pipeline.plan import PlanRequest, run_plan
 from specq.pipeline.report.text import plan_diagnostics, plan_text
 
 from ._common import emit, out, resolve
@@ -46,7 +46,7 @@ def plan(
         plan={"gpu_memory": gpu_memory, "batch": batch, "session_len": session_len, "engine": engine,
               "kv_dtype": kv_dtype},
     )  # fmt: skip
-    result = plan_for_config(cfg)
+    result = run_plan(PlanRequest.from_config(cfg))
     emit(result, as_json, lambda r: plan_text(r, out.width), plan_diagnostics(result))
     if check and not result.fits:
         raise EnvironmentMissing(result.verdict)

@@ -7,8 +7,6 @@ from typing import Annotated
 
 import typer
 
-from specq.pipeline.errors import UsageError
-
 from ._common import emit, out, progress, resolve
 from ._options import ConfigOpt, JsonOpt, OutOpt
 
@@ -84,6 +82,7 @@ def quantize(
 
     Example: specq quantize ./Qwen3-8B --calib data.jsonl --out ./Qwen3-8B-awq
     """
+    from specq.pipeline.quantize import QuantizeRequest
     from specq.pipeline.quantize import quantize as run
     from specq.pipeline.report.text import quantize_text
 
@@ -92,8 +91,6 @@ def quantize(
                    text_field=text_field, samples=samples, seqlen=seqlen, seed=seed, device=device,
                    turbomind_check=turbomind_check, evaluate=evaluate, eval_samples=eval_samples)  # fmt: skip
     section["for"] = target
-    cfg = resolve(config, quantize=section).quantize
-    if not cfg.out:
-        raise UsageError("no output directory: pass --out DIR")
-    result = run(model, cfg, Path(cfg.out), progress=progress)
+    request = QuantizeRequest.from_config(resolve(config, quantize=section))
+    result = run(request, progress=progress)
     emit(result, as_json, lambda r: quantize_text(r, out.width))

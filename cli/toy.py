@@ -54,10 +54,10 @@ def build(
     """
     from specq.pipeline.fsutil import check_writable
     from specq.pipeline.report.text import toy_diagnostics
-    from specq.pipeline.toy import build_toy_pair, export_toy_pair
+    from specq.pipeline.toy import ToyRequest, build_toy_pair, export_toy_pair
 
     check_writable(out_dir, what="OUT")  # before the build (minutes when not cached)
-    built = build_toy_pair(size.value, seed, force=force, progress=progress)
+    built = build_toy_pair(ToyRequest(size=size.value, seed=seed, force=force), progress)
     pair = export_toy_pair(built, out_dir)
     dflash = None
     if drafter is Drafter.dflash:

@@ -54,6 +54,6 @@ def toy_pair():
     under ${SPECQ_CACHE:-~/.cache/specq}/toy; later runs reuse it. Skips if torch/transformers are missing."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from specq.pipeline.toy import build_toy_pair
+    from specq.pipeline.toy import ToyRequest, build_toy_pair
 
-    return build_toy_pair("small", seed=0)
+    return build_toy_pair(ToyRequest(size="small", seed=0))

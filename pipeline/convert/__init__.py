@@ -7,10 +7,10 @@ from __future__ import annotations
 from .cast import CastResult, cast_drafter
 from .readiness import MANIFEST, NotReady, check_readiness, read_manifest
 from .repack import RepackResult, repack_gptq_to_awq
-from .run import ConvertResult, run_convert
+from .run import ConvertRequest, ConvertResult, run_convert
 from .verdict import ConvertReport
 
 __all__ = [
-    "MANIFEST", "CastResult", "ConvertReport", "ConvertResult", "NotReady", "RepackResult", "cast_drafter",
-    "check_readiness", "read_manifest", "repack_gptq_to_awq", "run_convert",
+    "MANIFEST", "CastResult", "ConvertReport", "ConvertRequest", "ConvertResult", "NotReady", "RepackResult",
+    "cast_drafter", "check_readiness", "read_manifest", "repack_gptq_to_awq", "run_convert",
 ]  # fmt: skip

@@ -1,14 +1,16 @@
 """The one entry point behind `specq convert`: a readiness check, a GPTQ → AWQ repack (followed by the check
-of its output), or a drafter dtype cast, chosen by the convert config."""
+of its output), or a drafter dtype cast, chosen by the convert settings. Its one input is a `ConvertRequest`
+(frozen), its result a `ConvertResult`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from ..checkpoint import Checkpoint
+from ..config import SpecqConfig
 from ..config.models import ConvertSection
 from ..engines.verdict import sibling
 from ..errors import UsageError
@@ -18,6 +20,34 @@ from .cast import CastResult, cast_drafter
 from .readiness import check_readiness
 from .repack import RepackResult, repack_gptq_to_awq
 from .verdict import ConvertReport
+
+
+class ConvertRequest(ConvertSection):
+    """Everything `run_convert` needs, frozen: the `[convert]` settings, the checkpoint and, for a
+    readiness check of a speculative setup, the drafter and its draft-token count. Build it once with
+    `from_config`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    draft_model: str | None = None
+    draft_tokens: int | None = None
+
+    @classmethod
+    def from_config(cls, cfg: SpecqConfig, *, model: str | Path | None = None) -> ConvertRequest:
+        """The request for `cfg` (its `[convert]` section and `model.*` paths); `model` overrides
+        `model.model_path`. A draft-token count of 0 (no speculation) checks no count."""
+        model = model or cfg.model.model_path
+        if not model:
+            raise UsageError("no model to convert: pass MODEL or set model.model_path")
+        return cls.model_validate(
+            {
+                **cfg.convert.model_dump(),
+                "model": str(model),
+                "draft_model": cfg.model.draft_model_path,
+                "draft_tokens": cfg.model.num_draft_tokens or None,
+            }
+        )
 
 
 class ConvertResult(BaseModel):
@@ -31,15 +61,8 @@ class ConvertResult(BaseModel):
         return self.report is None or self.report.ready
 
 
-def run_convert(
-    model: str | Path,
-    cfg: ConvertSection,
-    *,
-    draft_model: str | Path | None = None,
-    draft_tokens: int | None = None,
-    progress: Progress = null_progress,
-) -> ConvertResult:
-    model = Path(model)
+def run_convert(cfg: ConvertRequest, progress: Progress = null_progress) -> ConvertResult:
+    model, draft_model, draft_tokens = Path(cfg.model), cfg.draft_model, cfg.draft_tokens
     if cfg.to and cfg.dtype:
         raise UsageError("--to and --dtype do different jobs (repack a target, cast a drafter): give one")
     if cfg.to == "awq":

@@ -52,9 +52,9 @@ def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_
     from ..bench import run_bench
     from ..convert.readiness import check_readiness
     from ..convert.repack import repack_gptq_to_awq
-    from ..quantize import quantize
+    from ..quantize import QuantizeRequest, quantize
     from ..report.formatters import render
-    from ..toy import build_toy_pair
+    from ..toy import ToyRequest, build_toy_pair
     from ..toy.corpus import load_corpus, write_jsonl
 
     out = Path(out)
@@ -77,7 +77,7 @@ def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_
             progress(f"── stage {i + 1}/{len(STAGES)}: {STAGES[i]}")
 
     stage(0)
-    pair = build_toy_pair("small", progress=progress)
+    pair = build_toy_pair(ToyRequest(size="small"), progress=progress)
     toy_report = pair.load_report()
 
     stage(1)
@@ -87,7 +87,7 @@ def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_
         {"method": "gptq", "for": "plain", "calib": str(calib), "samples": 16 if quick else 32, "seqlen": 256}
     )
     gptq_dir = out / "target-gptq"
-    q = quantize(pair.target, qcfg, gptq_dir, progress)
+    q = quantize(QuantizeRequest.from_config(qcfg, model=pair.target, out=gptq_dir), progress)
 
     stage(2)
     # The quantized target alone, like the repack below: the toy draft is a plain model for the embedded

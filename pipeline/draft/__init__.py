@@ -1,49 +1,110 @@
 """Stage `draft`: train and evaluate a DFlash drafter for a Qwen3-family target, written in LMDeploy 0.18's
-DFlash checkpoint layout. `train_drafter` and `evaluate_drafter` are the entry points; torch and
-transformers are imported only when they run (`contract` and `reports` are torch-free)."""
+DFlash checkpoint layout. `train_drafter(DraftTrainRequest)` and `evaluate_drafter(DraftEvalRequest)` are the
+entry points; torch and transformers are imported only when they run (`contract` and `reports` are
+torch-free)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import ConfigDict, Field
+
+from ..config import SpecqConfig
 from ..config.models import DraftSection
+from ..errors import UsageError
 from ..progress import Progress, null_progress
 from .reports import DraftEvalReport, DraftTrainReport
 
 
-def train_drafter(
-    target: Path, out: Path, cfg: DraftSection, progress: Progress = null_progress
-) -> DraftTrainReport:
-    """Train a drafter for `target` and write it, with `draft_report.json`, to `out` (atomically)."""
+class DraftTrainRequest(DraftSection):
+    """Everything `train_drafter` needs, frozen: the `[draft]` settings, the target and the directory to
+    create. Build it once with `from_config`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target: str
+    out: str
+
+    @classmethod
+    def from_config(
+        cls, cfg: SpecqConfig | DraftSection, *, target: str | Path, out: str | Path | None
+    ) -> DraftTrainRequest:
+        section = cfg.draft if isinstance(cfg, SpecqConfig) else cfg
+        if not out:
+            raise UsageError("no output directory: pass --out DIR")
+        return cls.model_validate({**section.model_dump(), "target": str(target), "out": str(out)})
+
+
+class DraftEvalRequest(DraftSection):
+    """Everything `evaluate_drafter` needs, frozen: the `[draft]` settings, the target and drafter, and
+    what to decode (`prompts`, else `data`'s held-out part, else the toy corpus; or a bench `suite`'s chat
+    prompts, `requests` of them with `max_tokens` each). Build it once with `from_config`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target: str
+    draft: str
+    prompts: str | None = None
+    suite: str | None = None
+    max_tokens: int = Field(128, ge=4)
+    requests: int = Field(8, ge=1)
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: SpecqConfig | DraftSection,
+        *,
+        target: str | Path,
+        draft: str | Path,
+        prompts: str | Path | None = None,
+        suite: str | None = None,
+        max_tokens: int = 128,
+        requests: int = 8,
+    ) -> DraftEvalRequest:
+        section = cfg.draft if isinstance(cfg, SpecqConfig) else cfg
+        extra = dict(target=str(target), draft=str(draft), prompts=str(prompts) if prompts else None,
+                     suite=suite, max_tokens=max_tokens, requests=requests)  # fmt: skip
+        return cls.model_validate({**section.model_dump(), **extra})
+
+
+def train_drafter(cfg: DraftTrainRequest, progress: Progress = null_progress) -> DraftTrainReport:
+    """Train a drafter for `cfg.target` and write it, with `draft_report.json`, to `cfg.out` (atomically)."""
     from .train import train_drafter as _train
 
-    return _train(target, out, cfg, progress)
+    return _train(Path(cfg.target), Path(cfg.out), cfg, progress)
 
 
-def evaluate_drafter(
-    target: Path,
-    draft: Path,
-    cfg: DraftSection,
-    prompts: Path | None = None,
-    progress: Progress = null_progress,
-    suite: str | None = None,
-    max_tokens: int = 128,
-    requests: int = 8,
-) -> DraftEvalReport:
+def evaluate_drafter(cfg: DraftEvalRequest, progress: Progress = null_progress) -> DraftEvalReport:
     """Offline acceptance of any DFlash drafter on held-out text (`prompts`, else `cfg.data`'s held-out
     part, else the toy corpus) and the speedup it predicts per draft-token count. With `suite`, on what
     `specq bench --suite SUITE --requests N --max-tokens M` makes a chat server decode instead."""
     from .data import load_texts, read_prompts
     from .eval import evaluate_checkpoint
 
-    if suite is not None:
+    target, draft = Path(cfg.target), Path(cfg.draft)
+    if cfg.suite is not None:
         from ..workload import build_workload
 
-        work = build_workload(suite=suite, prompts_file=None, dataset=None, field="text", requests=requests)
-        chat = ([p.as_messages() for p in work.prompts], max_tokens, f"{work.source}, {max_tokens} tokens")
+        work = build_workload(
+            suite=cfg.suite, prompts_file=None, dataset=None, field="text", requests=cfg.requests
+        )
+        chat = (
+            [p.as_messages() for p in work.prompts],
+            cfg.max_tokens,
+            f"{work.source}, {cfg.max_tokens} tokens",
+        )
         return evaluate_checkpoint(target, draft, [], cfg, progress, chat)
-    texts = read_prompts(prompts) if prompts is not None else load_texts(cfg.data, target).heldout
+    texts = (
+        read_prompts(Path(cfg.prompts)) if cfg.prompts is not None else load_texts(cfg.data, target).heldout
+    )
     return evaluate_checkpoint(target, draft, texts, cfg, progress)
 
 
-__all__ = ["DraftEvalReport", "DraftTrainReport", "evaluate_drafter", "train_drafter"]
+__all__ = [
+    "DraftEvalReport",
+    "DraftEvalRequest",
+    "DraftTrainReport",
+    "DraftTrainRequest",
+    "evaluate_drafter",
+    "train_drafter",
+]

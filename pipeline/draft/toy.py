@@ -16,12 +16,13 @@ def toy_dflash(
     pair: Any, out: Path | None = None, cfg: DraftSection | None = None, progress: Progress = null_progress
 ) -> Path:
     """The toy target's DFlash drafter directory (trained on first use); a copy at `out` when given."""
-    from . import train_drafter
+    from . import DraftTrainRequest, train_drafter
 
     cached = Path(pair.root) / "dflash"
     if not (cached / "config.json").is_file():
         progress(f"training a DFlash drafter for the toy target into {cached}")
-        train_drafter(Path(pair.target), cached, cfg or DraftSection(), progress)
+        request = DraftTrainRequest.from_config(cfg or DraftSection(), target=pair.target, out=cached)
+        train_drafter(request, progress)
     if out is None:
         return cached
     with atomic_dir(out, overwrite=True) as tmp:

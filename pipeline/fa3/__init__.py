@@ -9,12 +9,13 @@ from __future__ import annotations
 from .build import Fa3BuildResult, build_fa3
 from .installed import Fa3Coverage, build_command, installed_coverage
 from .kernels import KernelSet, ModelNeed, derive_needs, kernel_set, setup_py_sources
-from .plan import Fa3Plan, find_checkout, make_plan
+from .plan import Fa3Plan, Fa3Request, find_checkout, make_plan
 
 __all__ = [
     "Fa3BuildResult",
     "Fa3Coverage",
     "Fa3Plan",
+    "Fa3Request",
     "KernelSet",
     "ModelNeed",
     "build_command",

@@ -28,7 +28,7 @@ from pydantic import BaseModel
 from .. import hardware
 from ..errors import EnvironmentMissing, ProcessFailed, UsageError
 from ..progress import Progress, null_progress
-from .plan import Fa3Plan, check_gpu_problem, probe_toolchain
+from .plan import Fa3Plan, Fa3Request, check_gpu_problem, make_plan, probe_toolchain
 from .selfcheck import CaseResult
 
 NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)")
@@ -55,16 +55,15 @@ def site_packages() -> Path:
 
 
 def build_fa3(
-    plan: Fa3Plan,
-    *,
-    check: bool = True,
-    out: Path | None = None,
-    progress: Progress = null_progress,
+    request: Fa3Request, *, plan: Fa3Plan | None = None, progress: Progress = null_progress
 ) -> Fa3BuildResult:
-    """Build, self-check, install (or, with `out`, write the modules to that new directory instead).
+    """Build, self-check, install (or, with `request.out`, write the modules to that new directory instead).
+    `plan` is the request's plan when the caller already made it (`make_plan(request)`, to show its notes).
     Raises EnvironmentMissing (4) before starting when the toolchain or the self-check's GPU is missing,
     ProcessFailed (5) when the build or the self-check fails (nothing is installed then; the build
     directory and its log are kept)."""
+    plan = plan or make_plan(request)
+    check, out = request.check, Path(request.out) if request.out else None
     if not check and out is None:
         raise UsageError("--no-check skips the self-check, so nothing is installed: pass --out DIR to keep "
                          "the unchecked build")  # fmt: skip

@@ -187,19 +187,30 @@ def torch_version() -> str:
     return hardware.package_version("torch") or "0"
 
 
-def make_plan(
-    source: str | Path,
-    models: Sequence[str | Path] = (),
-    *,
-    arch: ArchChoice = "auto",
-    head_dims: Sequence[int] = (),
-    dtypes: Sequence[Dtype] = (),
-    dtype: Dtype | None = None,
-    jobs: int | None = None,
-    cuda_home: str | None = None,
-) -> Fa3Plan:
-    """The build plan. Raises InputError (exit 2) for a bad checkout or model, EnvironmentMissing (exit 4)
-    when `arch` is auto and no usable GPU is found."""
+class Fa3Request(BaseModel):
+    """Everything `specq fa3 build` needs, frozen: the flash-attention checkout, the models to be served
+    (target(s) and drafter(s)), what to build beyond what they need, and what to do with the build
+    (`check`: self-check before installing; `out`: write the modules there instead of installing)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str
+    models: tuple[str, ...] = ()
+    arch: ArchChoice = "auto"
+    head_dims: tuple[int, ...] = ()
+    dtype: Dtype | None = None  # the dtype the engine runs in, instead of the one derived
+    jobs: int | None = None
+    cuda_home: str | None = None
+    check: bool = True
+    out: str | None = None
+
+
+def make_plan(request: Fa3Request) -> Fa3Plan:
+    """The build plan (what `--dry-run` prints). Raises InputError (exit 2) for a bad checkout or model,
+    EnvironmentMissing (exit 4) when `arch` is auto and no usable GPU is found."""
+    source, models, arch, head_dims = request.source, request.models, request.arch, request.head_dims
+    dtype, jobs, cuda_home = request.dtype, request.jobs, request.cuda_home
+    dtypes: tuple[Dtype, ...] = (dtype,) if dtype else ()
     checkout = find_checkout(source)
     needs = derive_needs(models, dtype) if models else []
     if not needs and not head_dims:

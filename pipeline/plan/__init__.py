@@ -1,6 +1,7 @@
-"""Stage: plan. GPU memory planning without torch: `plan_memory(target, draft, cfg)` returns a `MemoryPlan`;
-`fits(cfg)` is the one-line check serve's preflight calls (None = fits)."""
+"""Stage: plan. GPU memory planning without torch: `run_plan(PlanRequest)` returns a `MemoryPlan` (the lower
+level `plan_memory(target, draft, request)` plans for checkpoints already open); `fits(cfg)` is the one-line
+check serve's preflight calls (None = fits)."""
 
-from .planner import MemoryPlan, ModelMemory, fits, parse_memory, plan_for_config, plan_memory
+from .planner import MemoryPlan, ModelMemory, PlanRequest, fits, parse_memory, plan_memory, run_plan
 
-__all__ = ["MemoryPlan", "ModelMemory", "fits", "parse_memory", "plan_for_config", "plan_memory"]
+__all__ = ["MemoryPlan", "ModelMemory", "PlanRequest", "fits", "parse_memory", "plan_memory", "run_plan"]

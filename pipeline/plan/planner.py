@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..checkpoint import DTYPE_BYTES, Checkpoint, validate_checkpoint
-from ..config.models import SpecqConfig
+from ..config.models import EngineSection, Method, PlanSection, SpecqConfig
 from ..engines import ServerName
 from ..errors import ConfigError, EnvironmentMissing, InputError
 from .shapes import ModelShape, estimate_weights, shape_from_config
@@ -200,7 +200,32 @@ def _analyse(
 # ---- the plan ----------------------------------------------------------------------------------------------
 
 
-def _engine_of(cfg: SpecqConfig, engine: ServerName | None) -> ServerName:
+class PlanRequest(BaseModel):
+    """Everything a memory plan reads, frozen: the target (and drafter) directories, the draft-token count
+    and method, and copies of the `[engine]` and `[plan]` settings. Build it once with `from_config`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str | None = None
+    draft_model: str | None = None
+    draft_tokens: int = 0
+    method: Method | None = None
+    engine: EngineSection = Field(default_factory=EngineSection)
+    plan: PlanSection = Field(default_factory=PlanSection)
+
+    @classmethod
+    def from_config(cls, cfg: SpecqConfig) -> PlanRequest:
+        return cls(
+            model=cfg.model.model_path,
+            draft_model=cfg.model.draft_model_path,
+            draft_tokens=cfg.model.num_draft_tokens,
+            method=cfg.speculative.method,
+            engine=cfg.engine.model_copy(deep=True),
+            plan=cfg.plan.model_copy(deep=True),
+        )
+
+
+def _engine_of(cfg: PlanRequest, engine: ServerName | None) -> ServerName:
     if engine:
         return engine
     if cfg.plan.engine:
@@ -208,7 +233,7 @@ def _engine_of(cfg: SpecqConfig, engine: ServerName | None) -> ServerName:
     return "embedded" if cfg.engine.engine == "embedded" else "lmdeploy"
 
 
-def _gpu_memory(cfg: SpecqConfig, gpu_memory_bytes: int | None) -> tuple[int, str]:
+def _gpu_memory(cfg: PlanRequest, gpu_memory_bytes: int | None) -> tuple[int, str]:
     if gpu_memory_bytes:
         return gpu_memory_bytes, "given"
     if cfg.plan.gpu_memory:
@@ -225,7 +250,7 @@ def _gpu_memory(cfg: SpecqConfig, gpu_memory_bytes: int | None) -> tuple[int, st
     return g.memory_total_bytes, f"NVML GPU 0: {g.name}"
 
 
-def _compute_dtype(model: _Model, engine: ServerName, cfg: SpecqConfig) -> tuple[str, int]:
+def _compute_dtype(model: _Model, engine: ServerName, cfg: PlanRequest) -> tuple[str, int]:
     """The dtype activations and the KV cache use. LMDeploy: 'auto' runs fp32/fp16 models in fp16, bf16
     models in bf16, AWQ/GPTQ targets in fp16. Embedded: the checkpoint's dtype unless engine.dtype says."""
     want = cfg.engine.dtype
@@ -266,7 +291,7 @@ def _activation_bytes(shape: ModelShape, tokens: int, act_bytes: int) -> int:
 def plan_memory(
     target: Checkpoint,
     draft: Checkpoint | None = None,
-    cfg: SpecqConfig | None = None,
+    cfg: PlanRequest | None = None,
     *,
     gpu_memory_bytes: int | None = None,
     engine: ServerName | None = None,
@@ -275,13 +300,13 @@ def plan_memory(
     """Plan GPU memory for serving `target` (and `draft`) as `cfg` describes. Raises InputError for unreadable
     checkpoints, ConfigError for a bad --gpu-memory, EnvironmentMissing when no GPU size is known.
     `cache_max_entry_count` evaluates that LMDeploy ratio; None recommends one."""
-    cfg = cfg or SpecqConfig()
+    cfg = cfg or PlanRequest()
     eng = _engine_of(cfg, engine)
     total, source = _gpu_memory(cfg, gpu_memory_bytes)
     batch = cfg.plan.batch or cfg.engine.max_batch_size
     session = cfg.plan.session_len or cfg.engine.session_len
-    k = cfg.model.num_draft_tokens
-    method = cfg.speculative.method
+    k = cfg.draft_tokens
+    method = cfg.method
     include_mtp = method in ("qwen3_5_mtp", "deepseek_mtp", "hy3_mtp")
     ctx = parse_memory(cfg.plan.cuda_context, "plan.cuda_context")
     graphs = (
@@ -389,7 +414,7 @@ class _Inputs:
     session: int | None  # tokens per sequence
     lookahead: int  # speculative slots per sequence
     safety: int
-    cfg: SpecqConfig
+    cfg: PlanRequest
     t: _Model
     d: _Model | None
     act: int  # activation bytes per element
@@ -630,13 +655,14 @@ def fits(cfg: SpecqConfig, *, gpu_memory_bytes: int | None = None) -> str | None
     Also None when no GPU size is known (the GPU preflight reports that) or no model path is set."""
     if not cfg.model.model_path:
         return None
+    request = PlanRequest.from_config(cfg)
     target = Checkpoint(cfg.model.model_path)
     draft = Checkpoint(cfg.model.draft_model_path) if cfg.model.draft_model_path else None
     try:
         plan = plan_memory(
             target,
             draft,
-            cfg,
+            request,
             gpu_memory_bytes=gpu_memory_bytes,
             cache_max_entry_count=cfg.engine.cache_max_entry_count,
         )
@@ -646,7 +672,7 @@ def fits(cfg: SpecqConfig, *, gpu_memory_bytes: int | None = None) -> str | None
         return None
     fix = f"; try {plan.advice[0]}" if plan.advice else ""
     if plan.engine == "lmdeploy" and plan.free_after_weights_bytes > 0:
-        rec = plan_memory(target, draft, cfg, gpu_memory_bytes=gpu_memory_bytes)
+        rec = plan_memory(target, draft, request, gpu_memory_bytes=gpu_memory_bytes)
         if rec.fits:
             fix = (
                 f"; it fits with engine.cache_max_entry_count {rec.cache_max_entry_count} and LMDeploy "
@@ -658,15 +684,13 @@ def fits(cfg: SpecqConfig, *, gpu_memory_bytes: int | None = None) -> str | None
     return f"VRAM plan: {reason}{fix} (see `specq plan`)"
 
 
-def plan_for_config(cfg: SpecqConfig, *, gpu_memory_bytes: int | None = None) -> MemoryPlan:
-    """`plan_memory` for the model and draft paths in `cfg.model`."""
-    if not cfg.model.model_path:
+def run_plan(cfg: PlanRequest, *, gpu_memory_bytes: int | None = None) -> MemoryPlan:
+    """The stage's entry point: `plan_memory` for the target and drafter directories in `cfg`."""
+    if not cfg.model:
         raise InputError("no model to plan: pass MODEL or set model.model_path")
     # a config-only directory plans from config.json alone (no download needed)
-    target = validate_checkpoint(
-        Checkpoint(cfg.model.model_path), tokenizer=False, weights=False, role="target"
-    )
-    draft = Checkpoint(cfg.model.draft_model_path) if cfg.model.draft_model_path else None
+    target = validate_checkpoint(Checkpoint(cfg.model), tokenizer=False, weights=False, role="target")
+    draft = Checkpoint(cfg.draft_model) if cfg.draft_model else None
     if draft is not None:
         validate_checkpoint(draft, tokenizer=False, weights=False, role="drafter")
     return plan_memory(target, draft, cfg, gpu_memory_bytes=gpu_memory_bytes)
@@ -677,7 +701,8 @@ __all__ = [
     "MemoryPlan",
     "ModelMemory",
     "fits",
+    "PlanRequest",
     "parse_memory",
-    "plan_for_config",
     "plan_memory",
+    "run_plan",
 ]

@@ -1,9 +1,11 @@
-"""Stage: quantize. `quantize()` turns a Hugging Face checkpoint into a 4-bit GPTQ or AWQ checkpoint that
-LMDeploy 0.18 loads directly: it resolves the method for the intended use (`for = "speculative"` → AWQ, the
-only 4-bit format the PyTorch engine speculates with; `"plain"` → GPTQ), refuses combinations TurboMind would
-reject before any work, packs the calibration data, runs a backend from the registry with per-layer progress,
-measures the quality cost, and writes everything atomically: the checkpoint, tokenizer files, generation
-config, `specq-quantize.toml` (the resolved config) and `quant_report.json`."""
+"""Stage: quantize. `quantize(request)` turns a Hugging Face checkpoint into a 4-bit GPTQ or AWQ checkpoint
+that LMDeploy 0.18 loads directly: it resolves the method for the intended use (`for = "speculative"` → AWQ,
+the only 4-bit format the PyTorch engine speculates with; `"plain"` → GPTQ), refuses combinations TurboMind
+would reject before any work, packs the calibration data, runs a backend from the registry with per-layer
+progress, measures the quality cost, and writes everything atomically: the checkpoint, tokenizer files,
+generation config, `specq-quantize.toml` (the resolved config) and `quant_report.json`. Its one input is a
+`QuantizeRequest` (the quantize settings with the model and output paths, frozen); its result a
+`QuantizeResult`."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from ..calibration import CalibrationReport
 from ..checkpoint import Checkpoint, validate_checkpoint
@@ -44,6 +46,39 @@ SIDE_FILES = (
     "chat_template.json",
     "generation_config.json",
 )
+
+
+class QuantizeRequest(QuantizeSection):
+    """Everything `quantize` needs, frozen: the `[quantize]` settings with the model and the output
+    directory required. Build it once with `from_config`."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    model: str
+    out: str
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: SpecqConfig | QuantizeSection,
+        *,
+        model: str | Path | None = None,
+        out: str | Path | None = None,
+    ) -> QuantizeRequest:
+        """The request for `cfg`'s quantize section (or the section itself); `model`/`out` override it."""
+        section = cfg.quantize if isinstance(cfg, SpecqConfig) else cfg
+        model = model or section.model
+        out = out or section.out
+        if not model:
+            raise UsageError("no model to quantize: pass MODEL or set quantize.model")
+        if not out:
+            raise UsageError("no output directory: pass --out DIR")
+        return cls.model_validate({**section.model_dump(), "model": str(model), "out": str(out)})
+
+    @property
+    def section(self) -> QuantizeSection:
+        """The settings as the plain config section (what is saved next to the checkpoint)."""
+        return QuantizeSection.model_validate(self.model_dump())
 
 
 class QuantizeResult(BaseModel):
@@ -149,12 +184,10 @@ def _copy_side_files(src: Path, dst: Path) -> None:
             shutil.copy2(src / name, dst / name)
 
 
-def quantize(
-    model: Path, cfg: QuantizeSection, out: Path, progress: Progress = null_progress
-) -> QuantizeResult:
-    """Quantize `model` into `out` (which must not exist) as `cfg` says; see the module docstring."""
+def quantize(cfg: QuantizeRequest, progress: Progress = null_progress) -> QuantizeResult:
+    """Quantize `cfg.model` into `cfg.out` (which must not exist) as `cfg` says; see the module docstring."""
     t0 = time.perf_counter()
-    model, out = Path(model), Path(out)
+    model, out = Path(cfg.model), Path(cfg.out)
     ckpt = Checkpoint(model)
     if ckpt.quantization is not None:
         raise InputError(
@@ -209,10 +242,9 @@ def quantize(
         with capture[0].passthrough():
             progress(f"{method.upper()} ({backend.name}): layer {i}/{n}")
 
-    resolved = cfg.model_copy(
+    resolved = cfg.section.model_copy(
         update={"method": method, "sym": sym, "backend": backend.name, "device": device}
     )
-    resolved = resolved.model_copy(update={"model": str(model), "out": str(out)})
     runner = backend.load()
     from ._capture import backend_output_to
 
@@ -328,4 +360,12 @@ def backend_table() -> list[dict[str, Any]]:
     ]
 
 
-__all__ = ["QuantizeResult", "backend_table", "load_result", "plan", "quantize", "resolve_method"]
+__all__ = [
+    "QuantizeRequest",
+    "QuantizeResult",
+    "backend_table",
+    "load_result",
+    "plan",
+    "quantize",
+    "resolve_method",
+]

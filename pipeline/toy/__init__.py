@@ -1,6 +1,7 @@
 """Stage: toy. The project's own tiny Qwen3 target and distilled draft, trained on the standard library's
 sources, so every later stage (quantize, convert, serve, bench) runs on real models without a hub.
-`build_toy_pair` builds or reuses a cached pair; torch and transformers are imported only inside it."""
+`build_toy_pair(ToyRequest)` builds or reuses a cached pair; torch and transformers are imported only inside
+it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from .build import (
     TOY_FORMAT_VERSION,
     ToyPair,
     ToyReport,
+    ToyRequest,
     build_toy_pair,
     cache_key,
     cache_root,
@@ -22,6 +24,7 @@ __all__ = [
     "TOY_FORMAT_VERSION",
     "ToyPair",
     "ToyReport",
+    "ToyRequest",
     "build_toy_pair",
     "cache_key",
     "cache_root",

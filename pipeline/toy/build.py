@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from ..errors import InputError, UsageError, missing_package
 from ..fsutil import atomic_dir
@@ -128,18 +128,24 @@ def _build_lock(path: Path, progress: Progress) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def build_toy_pair(
-    size: str = "small",
-    seed: int = 0,
-    *,
-    force: bool = False,
-    cache_dir: str | Path | None = None,
-    progress: Progress = null_progress,
-) -> ToyPair:
+class ToyRequest(BaseModel):
+    """Which toy pair to build, frozen: its size and seed (together with the corpus, the cache key),
+    whether to rebuild a cached one, and the cache directory (default: `cache_root()`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    size: str = "small"
+    seed: int = 0
+    force: bool = False
+    cache_dir: str | None = None
+
+
+def build_toy_pair(request: ToyRequest, progress: Progress = null_progress) -> ToyPair:
     """Return the cached pair for (size, seed, corpus), building it first if needed (or if `force`)."""
+    size, seed, force = request.size, request.seed, request.force
     preset = _preset(size)
     corpus = load_corpus()
-    root = cache_root(cache_dir)
+    root = cache_root(request.cache_dir)
     dest = root / cache_key(size, seed, corpus.digest)
     pair = ToyPair.at(dest)
     if pair.report.is_file() and not force:

@@ -14,9 +14,9 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def gpu_pair():
-    from specq.pipeline.toy import build_toy_pair
+    from specq.pipeline.toy import ToyRequest, build_toy_pair
 
-    pair = build_toy_pair("medium")
+    pair = build_toy_pair(ToyRequest(size="medium"))
     return pair.target, pair.draft
 
 

@@ -31,10 +31,10 @@ def gptq_and_awq(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         shutil.copytree(Path(prepared) / "gptq", root / "gptq")
     else:
         pytest.importorskip("gptqmodel")
-        from specq.pipeline.toy import build_toy_pair
+        from specq.pipeline.toy import ToyRequest, build_toy_pair
         from tests.integration.convert.conftest import quantize_gptq
 
-        shutil.copytree(build_toy_pair("small", seed=0).target, root / "model")
+        shutil.copytree(build_toy_pair(ToyRequest(size="small", seed=0)).target, root / "model")
         quantize_gptq(root / "model", root, "cuda")
     repack_gptq_to_awq(root / "gptq", root / "awq")
     return root / "gptq", root / "awq"

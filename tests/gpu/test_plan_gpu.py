@@ -29,9 +29,9 @@ DRAFT_TOKENS = 4
 
 @pytest.fixture(scope="module")
 def pair() -> tuple[Path, Path]:
-    from specq.pipeline.toy import build_toy_pair
+    from specq.pipeline.toy import ToyRequest, build_toy_pair
 
-    p = build_toy_pair("small")
+    p = build_toy_pair(ToyRequest(size="small"))
     return Path(p.target), Path(p.draft)
 
 
@@ -72,7 +72,7 @@ def test_embedded_peak_within_10_percent(pair: tuple[Path, Path], with_draft: bo
 
     from specq.pipeline.checkpoint import Checkpoint
     from specq.pipeline.config import resolve_config
-    from specq.pipeline.plan import plan_memory
+    from specq.pipeline.plan import PlanRequest, plan_memory
 
     target_dir, draft_dir = pair
     cfg = resolve_config(
@@ -87,7 +87,8 @@ def test_embedded_peak_within_10_percent(pair: tuple[Path, Path], with_draft: bo
             },
         },
     )
-    plan = plan_memory(Checkpoint(target_dir), Checkpoint(draft_dir) if with_draft else None, cfg)
+    draft = Checkpoint(draft_dir) if with_draft else None
+    plan = plan_memory(Checkpoint(target_dir), draft, PlanRequest.from_config(cfg))
 
     gc.collect()  # a previous case's objects must not be freed mid-measurement (it would lower the peak)
     workspaces = _warm_cuda_libraries(getattr(torch, str(Checkpoint(target_dir).torch_dtype or "float32")))

@@ -9,7 +9,7 @@ import pytest
 
 from specq.pipeline.checkpoint import Checkpoint
 from specq.pipeline.config.models import QuantizeSection
-from specq.pipeline.quantize import quantize
+from specq.pipeline.quantize import QuantizeRequest, quantize
 from tests.tinymodel import build_tiny_model, calibration_rows, write_jsonl
 
 pytestmark = pytest.mark.gpu
@@ -23,7 +23,7 @@ def test_quantize_on_cuda(tmp_path: Path, method: str, target: str) -> None:
     cfg = QuantizeSection.model_validate(
         {"method": method, "for": target, "calib": str(calib), "samples": 16, "seqlen": 128, "device": "cuda"}
     )
-    result = quantize(model, cfg, tmp_path / "out")
+    result = quantize(QuantizeRequest.from_config(cfg, model=model, out=tmp_path / "out"))
     assert result.device == "cuda" and result.layers == 2
     q = Checkpoint(tmp_path / "out").quantization
     assert q is not None and q.method == method and q.bits == 4 and q.group_size == 128

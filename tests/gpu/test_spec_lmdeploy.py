@@ -67,12 +67,12 @@ def _pair(tmp_path: Path) -> tuple[Path, Path]:
     target, drafter = os.environ.get("SPECQ_GPU_SPEC_TARGET"), os.environ.get("SPECQ_GPU_SPEC_DRAFTER")
     if target and drafter:
         return Path(target), Path(drafter)
-    from specq.pipeline.draft import train_drafter
-    from specq.pipeline.toy import build_toy_pair
+    from specq.pipeline.draft import DraftTrainRequest, train_drafter
+    from specq.pipeline.toy import ToyRequest, build_toy_pair
 
-    pair = build_toy_pair("small", seed=0)
+    pair = build_toy_pair(ToyRequest(size="small", seed=0))
     cfg = SpecqConfig.model_validate({"draft": {"device": "cuda", "steps": 600}})
-    train_drafter(pair.target, tmp_path / "dflash", cfg.draft)
+    train_drafter(DraftTrainRequest.from_config(cfg, target=pair.target, out=tmp_path / "dflash"))
     return pair.target, tmp_path / "dflash"
 
 

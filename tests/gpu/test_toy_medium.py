@@ -10,10 +10,10 @@ pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 
 def test_medium_pair_builds_on_gpu(tmp_path) -> None:
-    from specq.pipeline.toy import build_toy_pair, load_pair
+    from specq.pipeline.toy import ToyRequest, build_toy_pair, load_pair
 
     started = time.monotonic()
-    pair = build_toy_pair("medium", seed=0, cache_dir=tmp_path)
+    pair = build_toy_pair(ToyRequest(size="medium", seed=0, cache_dir=str(tmp_path)))
     seconds = time.monotonic() - started
     report = pair.load_report()
     assert report.device == "cuda"

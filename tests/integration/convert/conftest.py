@@ -14,7 +14,7 @@ SMALL = {"samples": 8, "seqlen": 64, "evaluate": False}
 def quantize_gptq(model: Path, root: Path, device: str) -> Path:
     """`model` → `root/gptq` (symmetric 4-bit GPTQ, group 128, no act-order)."""
     from specq.pipeline.config.models import QuantizeSection
-    from specq.pipeline.quantize import quantize
+    from specq.pipeline.quantize import QuantizeRequest, quantize
     from tests.tinymodel import calibration_rows, write_jsonl
 
     calib = write_jsonl(root / "calib.jsonl", calibration_rows(1500))
@@ -22,7 +22,7 @@ def quantize_gptq(model: Path, root: Path, device: str) -> Path:
         {"method": "gptq", "for": "plain", "backend": "gptqmodel", "calib": str(calib), "device": device}
         | SMALL
     )
-    quantize(model, cfg, root / "gptq")
+    quantize(QuantizeRequest.from_config(cfg, model=model, out=root / "gptq"))
     return root / "gptq"
 
 

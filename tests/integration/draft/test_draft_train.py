@@ -10,7 +10,7 @@ import pytest
 
 from specq.pipeline.checkpoint import Checkpoint
 from specq.pipeline.config.models import DraftSection
-from specq.pipeline.draft import contract, train_drafter
+from specq.pipeline.draft import DraftTrainRequest, contract, train_drafter
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -23,7 +23,7 @@ CI_MIN_TAU = 2.5
 @pytest.fixture(scope="module")
 def drafter(toy_pair, tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("draft") / "dflash"
-    report = train_drafter(toy_pair.target, out, DraftSection(**CI))
+    report = train_drafter(DraftTrainRequest.from_config(DraftSection(**CI), target=toy_pair.target, out=out))
     return toy_pair, out, report
 
 

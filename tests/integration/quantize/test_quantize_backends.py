@@ -13,7 +13,7 @@ from specq.pipeline.checkpoint import Checkpoint
 from specq.pipeline.config.models import QuantizeSection
 from specq.pipeline.engines.embedded import load_quantized
 from specq.pipeline.hardware import module_present
-from specq.pipeline.quantize import CONFIG_FILE, REPORT_FILE, QuantizeResult, quantize
+from specq.pipeline.quantize import CONFIG_FILE, REPORT_FILE, QuantizeRequest, QuantizeResult, quantize
 from tests.tinymodel import write_jsonl
 
 pytestmark = pytest.mark.integration
@@ -77,7 +77,7 @@ def quantized(request: pytest.FixtureRequest, tiny, tmp_path_factory: pytest.Tem
             {**SMALL, "method": method, "backend": backend, "calib": str(calib), "for": "plain"}
         )
         seen: list[str] = []
-        result = quantize(model, cfg, out, progress=seen.append)
+        result = quantize(QuantizeRequest.from_config(cfg, model=model, out=out), progress=seen.append)
         n = layer_count(model)
         assert any(f"layer {n}/{n}" in s for s in seen), seen
     return backend, method, out, result
@@ -137,7 +137,7 @@ def test_interrupt_leaves_no_output(tiny, tmp_path: Path) -> None:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        quantize(model, cfg, out, progress=progress)
+        quantize(QuantizeRequest.from_config(cfg, model=model, out=out), progress=progress)
     assert not out.exists()
     assert list(tmp_path.iterdir()) == []
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from specq.pipeline.toy import build_toy_pair, remeasure_acceptance
+from specq.pipeline.toy import ToyRequest, build_toy_pair, remeasure_acceptance
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -77,7 +77,7 @@ def test_report_acceptance_matches_a_fresh_measurement(toy_pair) -> None:
 def test_second_call_reuses_the_cache(toy_pair) -> None:
     mtime = toy_pair.report.stat().st_mtime_ns
     weights = (toy_pair.target / "model.safetensors").stat().st_mtime_ns
-    again = build_toy_pair("small", seed=0)
+    again = build_toy_pair(ToyRequest(size="small", seed=0))
     assert again == toy_pair
     assert again.report.stat().st_mtime_ns == mtime
     assert (again.target / "model.safetensors").stat().st_mtime_ns == weights

@@ -14,7 +14,7 @@ import pytest
 from specq.pipeline.errors import InputError, ProcessFailed
 from specq.pipeline.fa3.build import BUILD_RECORD, _run_build, _stage, install
 from specq.pipeline.fa3.installed import read_config
-from specq.pipeline.fa3.plan import make_plan, size_jobs
+from specq.pipeline.fa3.plan import Fa3Request, make_plan, size_jobs
 from tests.fa3files import README_BUILD, fake_checkout, write_fa3_config
 
 NINJA = """
@@ -60,7 +60,7 @@ def test_stage_copies_what_setup_py_needs(tmp_path: Path) -> None:
     (src / "hopper" / "build").mkdir()
     (src / "hopper" / "flash_attn_3").mkdir()
     (src / "hopper" / "flash_attn_3" / "_C.abi3.so").write_bytes(b"old")
-    plan = make_plan(src, head_dims=[64], arch="sm90")
+    plan = make_plan(Fa3Request(source=str(src), head_dims=(64,), arch="sm90"))
     hopper = _stage(plan, tmp_path / "work")
     assert (hopper / "setup.py").is_file() and (hopper.parent / "README.md").is_file()
     assert not (hopper / "build").exists() and not (hopper / "flash_attn_3" / "_C.abi3.so").exists()

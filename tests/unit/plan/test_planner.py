@@ -10,7 +10,7 @@ import pytest
 from specq.pipeline.checkpoint import Checkpoint
 from specq.pipeline.config import resolve_config
 from specq.pipeline.errors import ConfigError, EnvironmentMissing
-from specq.pipeline.plan import fits, parse_memory, plan_memory
+from specq.pipeline.plan import PlanRequest, fits, parse_memory, plan_memory
 from specq.pipeline.plan.planner import LMDEPLOY_BLOCK_SIZE
 
 from .conftest import write_quantized
@@ -48,7 +48,7 @@ def test_parse_memory_rejects(text: str) -> None:
 
 def test_reference_case_fits_24gib_with_recommended_settings(ref: tuple[Checkpoint, Checkpoint]) -> None:
     cfg = resolve_config(PRESET)
-    p = plan_memory(*ref, cfg)
+    p = plan_memory(*ref, PlanRequest.from_config(cfg))
     assert p.engine == "lmdeploy" and p.batch == 1 and p.session_len == 8192 and p.draft_tokens == 5
     assert p.kv_bytes_per_token == 65536 + 20480
     assert p.state_cache_bytes == 79_429_632 * 3  # max_batch_size + 2 slots
@@ -67,7 +67,7 @@ def test_reference_case_fits_24gib_with_recommended_settings(ref: tuple[Checkpoi
 def test_reference_case_lmdeploy_defaults_do_not_fit(ref: tuple[Checkpoint, Checkpoint]) -> None:
     """cache_max_entry_count 0.8 with the default 8192-token prefill budget leaves no room for activations."""
     defaults = resolve_config(PRESET, flags={"plan": {"max_prefill_token_num": 8192}})
-    p = plan_memory(*ref, defaults, cache_max_entry_count=0.8)
+    p = plan_memory(*ref, PlanRequest.from_config(defaults), cache_max_entry_count=0.8)
     assert not p.fits
     assert p.max_prefill_token_num == 4096  # LMDeploy halves 8192 until 16 blocks fit
 
@@ -91,25 +91,37 @@ def test_preflight_fits_names_the_fix(ref: tuple[Checkpoint, Checkpoint]) -> Non
 
 
 def test_weights_alone_do_not_fit(ref: tuple[Checkpoint, Checkpoint]) -> None:
-    p = plan_memory(*ref, resolve_config(PRESET, flags={"plan": {"gpu_memory": "16GiB"}}))
+    p = plan_memory(
+        *ref, PlanRequest.from_config(resolve_config(PRESET, flags={"plan": {"gpu_memory": "16GiB"}}))
+    )
     assert not p.fits and "weights alone" in p.verdict and p.advice
 
 
 def test_too_long_session_gets_advice(ref: tuple[Checkpoint, Checkpoint]) -> None:
-    p = plan_memory(*ref, resolve_config(PRESET, flags={"plan": {"session_len": 131072}}))
+    p = plan_memory(
+        *ref, PlanRequest.from_config(resolve_config(PRESET, flags={"plan": {"session_len": 131072}}))
+    )
     assert not p.fits
     assert any(a.startswith(f"--session-len {p.max_session_len}") for a in p.advice)
     assert any("int8" in a for a in p.advice)
     int8 = plan_memory(
-        *ref, resolve_config(PRESET, flags={"plan": {"session_len": 131072, "kv_dtype": "int8"}})
+        *ref,
+        PlanRequest.from_config(
+            resolve_config(PRESET, flags={"plan": {"session_len": 131072, "kv_dtype": "int8"}})
+        ),
     )
     assert int8.kv_bytes_per_token < p.kv_bytes_per_token * 0.6
     assert int8.max_session_len > p.max_session_len * 1.6
 
 
 def test_batch_scales_kv_and_state(ref: tuple[Checkpoint, Checkpoint]) -> None:
-    one = plan_memory(*ref, resolve_config(PRESET, flags={"plan": {"session_len": 4096}}))
-    four = plan_memory(*ref, resolve_config(PRESET, flags={"plan": {"session_len": 4096, "batch": 4}}))
+    one = plan_memory(
+        *ref, PlanRequest.from_config(resolve_config(PRESET, flags={"plan": {"session_len": 4096}}))
+    )
+    four = plan_memory(
+        *ref,
+        PlanRequest.from_config(resolve_config(PRESET, flags={"plan": {"session_len": 4096, "batch": 4}})),
+    )
     assert four.state_cache_bytes == 79_429_632 * 6
     assert one.max_batch_at_session_len and one.max_batch_at_session_len >= 2
     assert four.max_session_len < one.max_session_len
@@ -117,8 +129,8 @@ def test_batch_scales_kv_and_state(ref: tuple[Checkpoint, Checkpoint]) -> None:
 
 def test_without_draft_more_kv(ref: tuple[Checkpoint, Checkpoint]) -> None:
     target, draft = ref
-    with_draft = plan_memory(target, draft, resolve_config(PRESET))
-    alone = plan_memory(target, None, resolve_config(PRESET))
+    with_draft = plan_memory(target, draft, PlanRequest.from_config(resolve_config(PRESET)))
+    alone = plan_memory(target, None, PlanRequest.from_config(resolve_config(PRESET)))
     assert alone.draft is None and alone.kv_bytes_per_token == 65536
     assert alone.max_session_len > with_draft.max_session_len
 
@@ -128,15 +140,19 @@ def test_no_gpu_and_no_size_is_environment_missing(ref: tuple[Checkpoint, Checkp
 
     monkeypatch.setattr(hardware, "list_gpus", lambda: [])
     with pytest.raises(EnvironmentMissing, match="--gpu-memory"):
-        plan_memory(ref[0], None, resolve_config(None))
+        plan_memory(ref[0], None, PlanRequest.from_config(resolve_config(None)))
 
 
 def test_embedded_engine_grows_with_session(tmp_path: Path) -> None:
     d = write_quantized(tmp_path, "awq")
     ck = Checkpoint(d)
     base = {"engine": "embedded", "gpu_memory": "1GiB", "prefill_tokens": 16}
-    short = plan_memory(ck, None, resolve_config(None, flags={"plan": {**base, "session_len": 1024}}))
-    long = plan_memory(ck, None, resolve_config(None, flags={"plan": {**base, "session_len": 2048}}))
+    short = plan_memory(
+        ck, None, PlanRequest.from_config(resolve_config(None, flags={"plan": {**base, "session_len": 1024}}))
+    )
+    long = plan_memory(
+        ck, None, PlanRequest.from_config(resolve_config(None, flags={"plan": {**base, "session_len": 2048}}))
+    )
     kv_token = 2 * 2 * 2 * 64 * 2  # 2 layers, K+V, 2 KV heads, head_dim 64, fp16
     assert short.kv_bytes_per_token == kv_token
     assert long.kv_cache_bytes - short.kv_cache_bytes >= 1024 * kv_token
@@ -144,12 +160,16 @@ def test_embedded_engine_grows_with_session(tmp_path: Path) -> None:
     assert short.fits and short.max_session_len > 100_000
     assert short.peak_bytes == short.peak_allocated_bytes + short.cuda_context_bytes
     with pytest.raises(ConfigError, match="int8"):
-        plan_memory(ck, None, resolve_config(None, flags={"plan": {**base, "kv_dtype": "int8"}}))
+        plan_memory(
+            ck,
+            None,
+            PlanRequest.from_config(resolve_config(None, flags={"plan": {**base, "kv_dtype": "int8"}})),
+        )
 
 
 def test_plan_json_round_trips(ref: tuple[Checkpoint, Checkpoint]) -> None:
     from specq.pipeline.plan import MemoryPlan
 
-    p = plan_memory(*ref, resolve_config(PRESET))
+    p = plan_memory(*ref, PlanRequest.from_config(resolve_config(PRESET)))
     again = MemoryPlan.model_validate_json(p.model_dump_json())
     assert again == p and again.rows[-1].item == "predicted peak"

@@ -34,8 +34,8 @@ def test_cli_passes_options_to_the_builder(cli, monkeypatch, tmp_path) -> None:
 
     seen = {}
 
-    def fake_build(size, seed, *, force, progress):
-        seen.update(size=size, seed=seed, force=force)
+    def fake_build(request, progress):
+        seen.update(size=request.size, seed=request.seed, force=request.force)
         raise toy_build.InputError("stop here")
 
     monkeypatch.setattr(toy, "build_toy_pair", fake_build)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specq.pipeline.errors import UsageError
-from specq.pipeline.toy import SIZES, build_toy_pair, cache_key, cache_root
+from specq.pipeline.toy import SIZES, ToyRequest, build_toy_pair, cache_key, cache_root
 from specq.pipeline.toy.models import ModelSpec
 
 
@@ -51,4 +51,4 @@ def test_cache_root(monkeypatch, tmp_path) -> None:
 
 def test_unknown_size_is_a_usage_error(tmp_path) -> None:
     with pytest.raises(UsageError, match="unknown toy size 'huge'"):
-        build_toy_pair("huge", cache_dir=tmp_path)
+        build_toy_pair(ToyRequest(size="huge", cache_dir=str(tmp_path)))
