@@ -45,7 +45,7 @@ def convert(
         model={"model_path": model, "draft_model_path": draft_model, "num_draft_tokens": draft_tokens},
         convert={"to": to, "dtype": dtype, "out": out_dir, "engine_check": engine_check},
     )
-    k = cfg.model.num_draft_tokens or None
+    k = cfg.model.draft_tokens or None
     result = run_convert(
         model, cfg.convert, draft_model=cfg.model.draft_model_path, draft_tokens=k, progress=progress
     )

@@ -421,7 +421,7 @@ def sweep_plan(cfg: SpecqConfig) -> list[tuple[str, int, SpecqConfig]]:
     if b.baseline or 0 in asked or not ks:
         for be in dict.fromkeys(b.baseline_engine):
             c = cfg.model_copy(deep=True)
-            c.model.num_draft_tokens = 0
+            c.model.draft_tokens = 0
             if be == "turbomind":
                 c.engine.engine, c.engine.backend = "lmdeploy", "turbomind"
             elif be == "pytorch":
@@ -431,7 +431,7 @@ def sweep_plan(cfg: SpecqConfig) -> list[tuple[str, int, SpecqConfig]]:
             plan.append(("baseline" if be == "same" else f"baseline-{be}", 0, c))
     for k in ks:
         c = cfg.model_copy(deep=True)
-        c.model.num_draft_tokens = k
+        c.model.draft_tokens = k
         plan.append((f"k={k}", k, c))
     return plan
 
@@ -534,20 +534,22 @@ def _external(report: BenchReport, ctx: RunContext) -> None:
     model = b.served_model_name or discover_model(base)
     report.engine = EngineInfo(name="external", url=base, model=model)
     for conc in b.concurrency:
-        run = Run(label="external", draft_tokens=external_k(ctx.cfg), concurrency=conc, engine="external")
+        run = Run(
+            label="external", draft_tokens=external_draft_tokens(ctx.cfg), concurrency=conc, engine="external"
+        )
         report.runs.append(run)
         ctx.measure(run, base, base + "/metrics", model)
         if run.draft_tokens < 0 and run.acceptance and run.acceptance.per_position:
             run.draft_tokens = len(run.acceptance.per_position)  # one counter per draft position
 
 
-def external_k(cfg: SpecqConfig) -> int:
+def external_draft_tokens(cfg: SpecqConfig) -> int:
     """The k a running server was started with, as the user told it: one --draft-tokens value, else the
-    config's num_draft_tokens; -1 when unknown (then `_external` reads it off the per-position counters)."""
+    config's model.draft_tokens; -1 when unknown (then `_external` reads it off the per-position counters)."""
     ks = cfg.bench.draft_tokens
     if ks is not None and len(ks) == 1:
         return ks[0]
-    return cfg.model.num_draft_tokens if cfg.model.num_draft_tokens else -1
+    return cfg.model.draft_tokens if cfg.model.draft_tokens else -1
 
 
 def _sweep(report: BenchReport, ctx: RunContext, factory: EngineFactory, out: Path) -> list[SpecqError]:

@@ -280,7 +280,7 @@ def plan_memory(
     total, source = _gpu_memory(cfg, gpu_memory_bytes)
     batch = cfg.plan.batch or cfg.engine.max_batch_size
     session = cfg.plan.session_len or cfg.engine.session_len
-    k = cfg.model.num_draft_tokens
+    k = cfg.model.draft_tokens
     method = cfg.speculative.method
     include_mtp = method in ("qwen3_5_mtp", "deepseek_mtp", "hy3_mtp")
     ctx = parse_memory(cfg.plan.cuda_context, "plan.cuda_context")

@@ -16,7 +16,7 @@ __all__ = ["Engine", "create_engine"]
 def create_engine(cfg: SpecqConfig, run_dir: Path, progress: Progress = null_progress) -> Engine:
     """The engine `cfg.engine.engine` names (auto: LMDeploy when an NVIDIA GPU and lmdeploy are present, else
     the embedded engine, with a notice through `progress`). Speculation is on when
-    `cfg.model.num_draft_tokens > 0` and a draft or an MTP method is set; 0 is the baseline. Raises UsageError
+    `cfg.model.draft_tokens > 0` and a draft or an MTP method is set; 0 is the baseline. Raises UsageError
     (exit 2) for incompatible inputs; environment problems (exit 4) surface at `start()`."""
     from .registry import build_engine
     from .spec import resolve_spec

@@ -116,7 +116,7 @@ def _fa3_source() -> str | None:
 def served_models(cfg: SpecqConfig) -> list[str]:
     """The target and (when speculating) the drafter a serve config launches, as given by the user."""
     models = [cfg.model.model_path] if cfg.model.model_path else []
-    if cfg.model.draft_model_path and cfg.model.num_draft_tokens > 0:
+    if cfg.model.draft_model_path and cfg.model.draft_tokens > 0:
         models.append(cfg.model.draft_model_path)
     return [str(m) for m in models]
 

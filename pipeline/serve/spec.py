@@ -63,7 +63,7 @@ def choose_engine(cfg: SpecqConfig, method: str | None, progress: Progress) -> s
 
 
 def _detect_method(cfg: SpecqConfig, draft: Checkpoint | None) -> str | None:
-    if cfg.model.num_draft_tokens == 0:
+    if cfg.model.draft_tokens == 0:
         return None
     if cfg.speculative.method is not None:
         return cfg.speculative.method
@@ -108,11 +108,13 @@ def resolve_spec(cfg: SpecqConfig, progress: Progress = null_progress) -> ServeS
         raise UsageError("no model to serve: pass MODEL or set model.model_path in the config")
     # weights present are checked here (dry run included); a config-only directory is refused at launch
     target = validate_checkpoint(Checkpoint(cfg.model.model_path), weights=False, role="target")
-    k = cfg.model.num_draft_tokens
-    draft = Checkpoint(cfg.model.draft_model_path) if cfg.model.draft_model_path and k > 0 else None
+    draft_tokens = cfg.model.draft_tokens
+    draft = (
+        Checkpoint(cfg.model.draft_model_path) if cfg.model.draft_model_path and draft_tokens > 0 else None
+    )
     if draft is not None:
         validate_checkpoint(draft, tokenizer=False, weights=False, role="drafter")
-    if cfg.model.draft_model_path and k == 0:
+    if cfg.model.draft_model_path and draft_tokens == 0:
         progress(
             "draft tokens = 0: serving without speculation (the baseline); the draft model is not loaded"
         )
@@ -122,8 +124,8 @@ def resolve_spec(cfg: SpecqConfig, progress: Progress = null_progress) -> ServeS
         progress(f"method {method} uses the target's own MTP head: the draft model is ignored")
         draft = None
 
-    problems = check_draft(target, draft, method, k, engine)
-    if method is None and k > 0 and not problems:
+    problems = check_draft(target, draft, method, draft_tokens, engine)
+    if method is None and draft_tokens > 0 and not problems:
         problems = ["draft tokens > 0 but no draft model and no method"]
     if problems:
         raise UsageError("; ".join(problems))
@@ -176,7 +178,7 @@ def resolve_spec(cfg: SpecqConfig, progress: Progress = null_progress) -> ServeS
         target=target,
         draft=draft if method is not None else None,
         method=method,
-        draft_tokens=k if method is not None else 0,
+        draft_tokens=draft_tokens if method is not None else 0,
         host=host,
         port=port if port is not None else free_port(_bind_host(host)),
         port_given=port is not None,

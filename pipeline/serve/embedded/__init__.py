@@ -21,7 +21,7 @@ class EmbeddedEngine(ProcessEngine):
         argv += ["--device", eng.device, "--dtype", eng.dtype, "--max-queue", str(eng.max_queue)]
         argv += ["--max-new-tokens", str(self.cfg.generation.max_new_tokens)]
         if spec.speculative and spec.draft_path is not None:
-            argv += ["--draft-model", str(spec.draft_path), "--num-draft-tokens", str(spec.draft_tokens)]
+            argv += ["--draft-model", str(spec.draft_path), "--draft-tokens", str(spec.draft_tokens)]
         if self.cfg.model.trust_remote_code:
             argv += ["--trust-remote-code"]
         return argv

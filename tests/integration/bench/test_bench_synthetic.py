@@ -37,7 +37,7 @@ def config(tmp_path, **bench) -> SpecqConfig:
 
 def factory(per_k: dict[int, list[str]] | None = None, fail_start: set[int] | None = None):
     def make(cfg, run_dir, progress):
-        k = cfg.model.num_draft_tokens
+        k = cfg.model.draft_tokens
         if fail_start and k in fail_start:
             raise ProcessFailed(f"engine for k={k} refused to start (test)")
         extra = ["--step-s", "0.001", "--ttft-s", "0.003", *(per_k or {}).get(k, [])]

@@ -87,7 +87,7 @@ def test_sweep_survives_a_server_killed_mid_run(tmp_path):
 
     def factory(c, run_dir, progress):
         engine = SyntheticEngine(c, run_dir, progress, "--step-s", "0.02", "--ttft-s", "0.01")
-        if c.model.num_draft_tokens == 3:
+        if c.model.draft_tokens == 3:
             start = engine.start
 
             def start_then_kill() -> None:
