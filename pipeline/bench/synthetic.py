@@ -32,12 +32,14 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..config.models import SpecqConfig
 from ..errors import ProcessFailed
 from ..progress import Progress, null_progress
 from ..serve.engine import Engine
+
+if TYPE_CHECKING:
+    from ..serve.spec import ServeRequest
 
 MODEL = "synthetic"
 
@@ -304,12 +306,12 @@ def stop_server(proc: subprocess.Popen[bytes]) -> None:
 
 
 class SyntheticEngine(Engine):
-    """The serve stage's Engine interface over the synthetic server (k: `cfg.model.draft_tokens`)."""
+    """The serve stage's Engine interface over the synthetic server, for `request.draft_tokens`."""
 
     name = "synthetic"
 
-    def __init__(self, cfg: SpecqConfig, run_dir: Path, progress: Progress = null_progress, *extra: str):
-        self.draft_tokens = cfg.model.draft_tokens
+    def __init__(self, request: ServeRequest, run_dir: Path, progress: Progress = null_progress, *extra: str):
+        self.draft_tokens = request.draft_tokens
         self.run_dir = Path(run_dir)
         self.extra = list(extra)
         self._proc: subprocess.Popen[bytes] | None = None
