@@ -6,11 +6,12 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+from ..engines import ServerName
 from ..progress import Progress, null_progress
 from .base import ProcessEngine
 from .spec import ServeSpec
 
-SERVERS: dict[str, tuple[str, str]] = {
+SERVERS: dict[ServerName, tuple[str, str]] = {
     "lmdeploy": (".lmdeploy", "LMDeployEngine"),
     "embedded": (".embedded", "EmbeddedEngine"),
 }
