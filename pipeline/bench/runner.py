@@ -560,7 +560,6 @@ def _sweep(report: BenchReport, ctx: RunContext, factory: EngineFactory, out: Pa
     b = ctx.request.settings
     errors: list[SpecqError] = []
     for label, variant in sweep_plan(ctx.request):
-        k = variant.draft_tokens
         run_dir = out / "servers" / label.replace("=", "")
         ctx.progress(f"{label}: starting the server")
         engine: Engine | None = None
@@ -576,7 +575,8 @@ def _sweep(report: BenchReport, ctx: RunContext, factory: EngineFactory, out: Pa
             for conc in b.concurrency:
                 report.runs.append(
                     Run(
-                        label=label, draft_tokens=k, concurrency=conc, baseline=k == 0,
+                        label=label, draft_tokens=variant.draft_tokens, concurrency=conc,
+                        baseline=variant.draft_tokens == 0,
                         status="server-failed",
                         reason=f"server did not start: {e}", log_tail=tail, engine=variant.server,
                         backend=variant.backend,
@@ -593,8 +593,9 @@ def _sweep(report: BenchReport, ctx: RunContext, factory: EngineFactory, out: Pa
                     model=engine.model_name,
                 )
             for conc in b.concurrency:
-                run = Run(label=label, draft_tokens=k, concurrency=conc, baseline=k == 0,
-                          engine=engine.name, backend=variant.backend)  # fmt: skip
+                run = Run(label=label, draft_tokens=variant.draft_tokens, concurrency=conc,
+                          baseline=variant.draft_tokens == 0, engine=engine.name,
+                          backend=variant.backend)  # fmt: skip
                 report.runs.append(run)
                 ctx.measure(run, engine.base_url, engine.metrics_url, engine.model_name)
                 if run.aggregate.errors and not _alive(engine.base_url):
