@@ -88,7 +88,7 @@ def bench(
 
     Example: specq bench ./target --draft-model ./draft --draft-tokens 3..6 --min-speedup 1.2
     """
-    from specq.pipeline.bench import run_bench
+    from specq.pipeline.bench import BenchRequest, run_bench
     from specq.pipeline.report.compare import enforce_gates
     from specq.pipeline.report.formatters import render
 
@@ -108,6 +108,6 @@ def bench(
             max_regression=max_regression,
         ),
     )  # fmt: skip
-    report = run_bench(cfg, progress=progress, out_dir=out_dir)
+    report = run_bench(BenchRequest.from_config(cfg), progress=progress, out_dir=out_dir)
     emit(report, as_json, lambda r: render(r, "table"))
     enforce_gates(report)

@@ -42,7 +42,7 @@ def convert(
 
     cfg = resolve(
         config,
-        model={"model_path": model, "draft_model_path": draft_model, "num_draft_tokens": draft_tokens},
+        model={"model_path": model, "draft_model_path": draft_model, "draft_tokens": draft_tokens},
         convert={"to": to, "dtype": dtype, "out": out_dir, "engine_check": engine_check},
     )
     result = run_convert(ConvertRequest.from_config(cfg), progress=progress)

@@ -42,7 +42,7 @@ def plan(
     """
     cfg = resolve(
         config,
-        model={"model_path": model, "draft_model_path": draft_model, "num_draft_tokens": draft_tokens},
+        model={"model_path": model, "draft_model_path": draft_model, "draft_tokens": draft_tokens},
         plan={"gpu_memory": gpu_memory, "batch": batch, "session_len": session_len, "engine": engine,
               "kv_dtype": kv_dtype},
     )  # fmt: skip

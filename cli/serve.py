@@ -100,7 +100,7 @@ def start(
     """
     cfg = resolve(
         config,
-        model={"model_path": model, "draft_model_path": draft_model, "num_draft_tokens": draft_tokens,
+        model={"model_path": model, "draft_model_path": draft_model, "draft_tokens": draft_tokens,
                "model_name": model_name},
         engine={"engine": engine, "backend": backend, "host": host, "port": port, "device": device,
                 "dtype": dtype, "session_len": session_len, "cache_max_entry_count": cache_max_entry_count,

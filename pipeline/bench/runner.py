@@ -1,15 +1,17 @@
-"""The benchmark's entry point, `run_bench(cfg)`. With `bench.url` it measures one run against a server
+"""The benchmark's entry point, `run_bench(request)`. With `bench.url` it measures one run against a server
 someone else started. Otherwise it runs a sweep: the baseline (k = 0, on the same engine and workload, plus
 any `--baseline-engine` alternatives) and every requested draft-token count, restarting the server through
-the serve stage's `create_engine(cfg, run_dir, progress)` for each. Every run: warm-up, a /metrics scrape,
-the requests (with NVML sampling), a settled /metrics scrape, then aggregates, acceptance, the server
-cross-check and the roofline. Faults stay local: a run above `--max-error-rate` fails alone, a server that
-will not start or dies is reported with its log tail and the sweep moves on, and Ctrl-C writes the partial
-report marked incomplete before the interrupt propagates."""
+the serve stage's `create_engine(serve_request, run_dir, progress)` for each, with a copy of one
+`ServeRequest` that differs only in its draft-token count (a `--baseline-engine` also in its server). Every
+run: warm-up, a /metrics scrape, the requests (with NVML sampling), a settled /metrics scrape, then
+aggregates, acceptance, the server cross-check and the roofline. Faults stay local: a run above
+`--max-error-rate` fails alone, a server that will not start or dies is reported with its log tail and the
+sweep moves on, and Ctrl-C writes the partial report marked incomplete before the interrupt propagates."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import os
 import platform
@@ -17,7 +19,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ..config.models import SpecqConfig
 from ..engines.speculation import draft_tokens_limit
 from ..errors import ProcessFailed, SpecqError
 from ..fsutil import check_writable
@@ -36,6 +37,7 @@ from ..report.models import (
     WorkloadInfo,
 )
 from ..serve.engine import Engine
+from ..serve.spec import ServeRequest
 from ..workload import Workload, build_workload
 from .analysis import (
     aggregate,
@@ -52,9 +54,10 @@ from .analysis import (
 from .client import RequestSpec, TokenCounter, load_token_counter, run_requests
 from .limits import check_prompt_lengths
 from .metrics import Scrape, acceptance, scrape, server_check, settled_scrape
+from .request import BenchRequest
 from .telemetry import TelemetrySampler
 
-EngineFactory = Callable[[SpecqConfig, Path, Progress], Engine]
+EngineFactory = Callable[[ServeRequest, Path, Progress], Engine]
 CLIENT_DISAGREEMENT = 0.15  # tokens/chunk vs τ: flag beyond this relative difference
 DEFAULT_SWEEP_TRIALS = 3  # measured trials per run in a sweep (--trials); one with --url
 DEFAULT_DRAFT_TOKENS = [3, 4, 5, 6]
@@ -88,16 +91,16 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
-def new_report(cfg: SpecqConfig, workload: Workload) -> BenchReport:
+def new_report(request: BenchRequest, workload: Workload) -> BenchReport:
     from .. import __version__
 
-    b = cfg.bench
+    b = request.settings
     return BenchReport(
         created_at=_now(),
         specq_version=__version__,
         versions=_versions(),
         host=_host(),
-        config=cfg.model_dump(mode="json", by_alias=True),
+        config=dict(request.config),
         workload=WorkloadInfo(
             source=workload.source,
             digest=workload.digest,
@@ -150,12 +153,12 @@ class RunContext:
     """What every run of one bench invocation shares."""
 
     def __init__(
-        self, cfg: SpecqConfig, workload: Workload, counter: TokenCounter | None, progress: Progress
+        self, request: BenchRequest, workload: Workload, counter: TokenCounter | None, progress: Progress
     ):
-        self.cfg, self.workload, self.counter, self.progress = cfg, workload, counter, progress
+        self.request, self.workload, self.counter, self.progress = request, workload, counter, progress
 
     def spec(self, model: str) -> RequestSpec:
-        b = self.cfg.bench
+        b = self.request.settings
         return RequestSpec(
             mode=b.mode, model=model, max_tokens=b.max_tokens, temperature=b.temperature, seed=b.seed,
             ignore_eos=b.ignore_eos, timeout_s=b.request_timeout_s,
@@ -163,14 +166,14 @@ class RunContext:
 
     @property
     def n_trials(self) -> int:
-        b = self.cfg.bench
+        b = self.request.settings
         return b.trials if b.trials is not None else (1 if b.url else DEFAULT_SWEEP_TRIALS)
 
     def warm_up(self, spec: RequestSpec, base_url: str, concurrency: int, tag: str) -> Warmup | None:
         """Warm up to steady state on the run's own prompts, lengths and concurrency: passes until two
         consecutive passes' output tok/s agree within `warmup_tolerance`, at most `warmup_passes`. An engine
         that compiles kernels on first use of a shape (LMDeploy's AWQ path) pays it here, not in the run."""
-        b = self.cfg.bench
+        b = self.request.settings
         prompts = self.workload.prompts
         n = len(prompts) if b.warmup is None else b.warmup
         if n == 0 or not prompts:
@@ -199,7 +202,7 @@ class RunContext:
         """Warm up to steady state, then `trials` measured passes of the workload, each between a /metrics
         scrape and a settled one; then compute. Fills `run` in place, so an interrupt leaves it holding
         what completed."""
-        b = self.cfg.bench
+        b = self.request.settings
         spec = self.spec(model)
         run.started_at = _now()
         tag = f"{run.label} c={run.concurrency}"
@@ -253,7 +256,7 @@ class RunContext:
         """Aggregates over all trials, acceptance and the server check from the first trial's "before" to
         the last one's "after", per-trial consistency, steady trials, and the run's headline tok/s: the
         median over its steady trials."""
-        b = self.cfg.bench
+        b = self.request.settings
         tag = f"{run.label} c={run.concurrency}"
         wall_total = sum(m[4] for m in measured)
         run.aggregate = agg = aggregate(run.requests, wall_total)
@@ -293,7 +296,7 @@ class RunContext:
         self.judge_errors(run)
         if run.draft_tokens == 0:
             bw, src = self.bandwidth()
-            run.roofline = roofline(self.cfg.model.model_path, agg.decode_tokens_per_s.mean, bw, src)
+            run.roofline = roofline(self.request.serve.model_path, agg.decode_tokens_per_s.mean, bw, src)
         tps = agg.output_tokens_per_s
         self.progress(
             f"{tag}: {agg.ok}/{agg.requests} ok, {tps or 0:.1f} output tok/s"
@@ -342,7 +345,7 @@ class RunContext:
     def judge_errors(self, run: Run) -> None:
         """`--max-error-rate` fails a run above it; a run in which every request failed fails whatever the
         rate allows (it measured nothing)."""
-        b = self.cfg.bench
+        b = self.request.settings
         agg = run.aggregate
         first = next((r.error for r in run.requests if not r.ok), "")
         if agg.requests and agg.ok == 0:
@@ -355,8 +358,8 @@ class RunContext:
             )
 
     def bandwidth(self) -> tuple[float | None, str]:
-        if self.cfg.bench.gpu_bandwidth_gbps:
-            return self.cfg.bench.gpu_bandwidth_gbps, "--gpu-bandwidth"
+        if self.request.settings.gpu_bandwidth_gbps:
+            return self.request.settings.gpu_bandwidth_gbps, "--gpu-bandwidth"
         gpus = list_gpus()
         if gpus and gpus[0].bandwidth_gbps:
             return gpus[0].bandwidth_gbps, f"NVML ({gpus[0].name})"
@@ -369,13 +372,13 @@ def _default_factory() -> EngineFactory:
     return create_engine
 
 
-def dflash_block_size(cfg: SpecqConfig) -> int | None:
+def dflash_block_size(request: BenchRequest) -> int | None:
     """The drafter's DFlash `block_size` when the run speculates with DFlash (by --method, else detected from
     the draft checkpoint as the serve stage does); None otherwise or when its config cannot be read."""
     from ..checkpoint import Checkpoint
 
-    path = cfg.model.draft_model_path
-    method = cfg.speculative.method
+    path = request.serve.draft_model_path
+    method = request.serve.method
     if not path or method not in (None, "dflash"):
         return None
     try:
@@ -398,51 +401,47 @@ def default_draft_tokens(block_size: int | None) -> list[int]:
     return sorted(ks)
 
 
-def k_limit(cfg: SpecqConfig) -> int | None:
+def k_limit(request: BenchRequest) -> int | None:
     """The largest k a DFlash drafter allows (block_size − 1), for the best-k note; None for other methods."""
-    bs = dflash_block_size(cfg)
+    bs = dflash_block_size(request)
     return draft_tokens_limit(bs) if bs is not None else None
 
 
-def draft_token_values(cfg: SpecqConfig) -> list[int]:
+def draft_token_values(request: BenchRequest) -> list[int]:
     """The k values to sweep: as asked, else the default for the method."""
-    b = cfg.bench
+    b = request.settings
     if b.draft_tokens is not None:
         return list(b.draft_tokens)
-    return default_draft_tokens(dflash_block_size(cfg))
+    return default_draft_tokens(dflash_block_size(request))
 
 
-def sweep_plan(cfg: SpecqConfig) -> list[tuple[str, int, SpecqConfig]]:
-    """(label, draft tokens, config) for every server the sweep starts, baseline(s) first."""
-    b = cfg.bench
-    plan: list[tuple[str, int, SpecqConfig]] = []
-    asked = draft_token_values(cfg)
+def sweep_plan(request: BenchRequest) -> list[tuple[str, ServeRequest]]:
+    """(label, what to serve) for every server the sweep starts, baseline(s) first: copies of the request's
+    `ServeRequest` that differ in the draft-token count (a `--baseline-engine` also in its server)."""
+    b, serve = request.settings, request.serve
+    plan: list[tuple[str, ServeRequest]] = []
+    asked = draft_token_values(request)
     ks = sorted({k for k in asked if k > 0})
     if b.baseline or 0 in asked or not ks:
         for be in dict.fromkeys(b.baseline_engine):
-            c = cfg.model_copy(deep=True)
-            c.model.num_draft_tokens = 0
-            if be == "turbomind":
-                c.engine.engine, c.engine.backend = "lmdeploy", "turbomind"
-            elif be == "pytorch":
-                c.engine.engine, c.engine.backend = "lmdeploy", "pytorch"
+            base = dataclasses.replace(serve, draft_tokens=0)
+            if be in ("turbomind", "pytorch"):
+                base = dataclasses.replace(base, server="lmdeploy", backend=be)
             elif be == "embedded":
-                c.engine.engine = "embedded"
-            plan.append(("baseline" if be == "same" else f"baseline-{be}", 0, c))
+                base = dataclasses.replace(base, server="embedded")
+            plan.append(("baseline" if be == "same" else f"baseline-{be}", base))
     for k in ks:
-        c = cfg.model_copy(deep=True)
-        c.model.num_draft_tokens = k
-        plan.append((f"k={k}", k, c))
+        plan.append((f"k={k}", dataclasses.replace(serve, draft_tokens=k)))
     return plan
 
 
-def check_inputs(cfg: SpecqConfig, engine_factory: EngineFactory | None) -> None:
+def check_inputs(request: BenchRequest, engine_factory: EngineFactory | None) -> None:
     """Refuse contradictory options before any server starts."""
     from ..errors import UsageError
     from ..report.models import BenchReport as _Report
 
-    b = cfg.bench
-    if not b.url and not cfg.model.model_path and engine_factory is None:
+    b = request.settings
+    if not b.url and not request.serve.model_path and engine_factory is None:
         raise UsageError("nothing to benchmark: give MODEL (specq starts the servers) or --url URL")
     if b.max_regression is not None and not b.baseline_report:
         raise UsageError("--max-regression needs --baseline-report OLD.json")
@@ -451,31 +450,32 @@ def check_inputs(cfg: SpecqConfig, engine_factory: EngineFactory | None) -> None
 
 
 def run_bench(
-    cfg: SpecqConfig,
+    request: BenchRequest,
     *,
     progress: Progress = null_progress,
     engine_factory: EngineFactory | None = None,
     out_dir: Path | None = None,
 ) -> BenchReport:
-    """Run the benchmark described by `cfg` and write its report files; returns the report (gates are
+    """Run the benchmark described by `request` and write its report files; returns the report (gates are
     evaluated into it; `specq.pipeline.report.compare.enforce_gates` turns a failure into exit 3)."""
     from ..report.formatters import write_outputs
 
-    b = cfg.bench
-    check_inputs(cfg, engine_factory)
+    b = request.settings
+    model_path = request.serve.model_path
+    check_inputs(request, engine_factory)
     out = Path(out_dir or b.out or default_out_dir())
     check_writable(out)  # before any server starts
     workload = build_workload(
         suite=b.suite, prompts_file=b.prompts, dataset=b.dataset, field=b.field, requests=b.requests
     )
-    counter, why = load_token_counter(b.tokenizer or cfg.model.model_path)
-    check_prompt_lengths(workload, counter, b.max_tokens, cfg.model.model_path, b.mode)
-    report = new_report(cfg, workload)
+    counter, why = load_token_counter(b.tokenizer or model_path)
+    check_prompt_lengths(workload, counter, b.max_tokens, model_path, b.mode)
+    report = new_report(request, workload)
     if counter is None:
         report.notes.append(
             f"no tokenizer recount ({why}); per-chunk token counts from usage and text length"
         )
-    ctx = RunContext(cfg, workload, counter, progress)
+    ctx = RunContext(request, workload, counter, progress)
     start_errors: list[SpecqError] = []
     try:
         if b.url:
@@ -485,7 +485,7 @@ def run_bench(
     except KeyboardInterrupt:
         report.complete = False
         report.notes.append("interrupted: partial report")
-        finalize(report, cfg, counter)
+        finalize(report, request, counter)
         write_outputs(report, out)
         raise
     empty = unmeasured_runs(report)
@@ -493,7 +493,7 @@ def run_bench(
         report.complete = False
         what = "; ".join(f"{r.key} measured nothing ({r.reason})" for r in empty)
         report.notes.append(f"incomplete: {what}")
-    finalize(report, cfg, counter)
+    finalize(report, request, counter)
     write_outputs(report, out)
     progress(f"report written to {out}")
     raise_for_unmeasured(report, empty, start_errors, out)
@@ -526,7 +526,7 @@ def raise_for_unmeasured(
 
 
 def _external(report: BenchReport, ctx: RunContext) -> None:
-    b = ctx.cfg.bench
+    b = ctx.request.settings
     assert b.url is not None
     base = b.url.rstrip("/")
     if base.endswith("/v1"):
@@ -534,34 +534,39 @@ def _external(report: BenchReport, ctx: RunContext) -> None:
     model = b.served_model_name or discover_model(base)
     report.engine = EngineInfo(name="external", url=base, model=model)
     for conc in b.concurrency:
-        run = Run(label="external", draft_tokens=external_k(ctx.cfg), concurrency=conc, engine="external")
+        run = Run(
+            label="external",
+            draft_tokens=external_draft_tokens(ctx.request),
+            concurrency=conc,
+            engine="external",
+        )
         report.runs.append(run)
         ctx.measure(run, base, base + "/metrics", model)
         if run.draft_tokens < 0 and run.acceptance and run.acceptance.per_position:
             run.draft_tokens = len(run.acceptance.per_position)  # one counter per draft position
 
 
-def external_k(cfg: SpecqConfig) -> int:
+def external_draft_tokens(request: BenchRequest) -> int:
     """The k a running server was started with, as the user told it: one --draft-tokens value, else the
-    config's num_draft_tokens; -1 when unknown (then `_external` reads it off the per-position counters)."""
-    ks = cfg.bench.draft_tokens
+    config's model.draft_tokens; -1 when unknown (then `_external` reads it off the per-position counters)."""
+    ks = request.settings.draft_tokens
     if ks is not None and len(ks) == 1:
         return ks[0]
-    return cfg.model.num_draft_tokens if cfg.model.num_draft_tokens else -1
+    return request.serve.draft_tokens if request.serve.draft_tokens else -1
 
 
 def _sweep(report: BenchReport, ctx: RunContext, factory: EngineFactory, out: Path) -> list[SpecqError]:
     """Run every planned server; returns the start-up errors (each also recorded as a failed run)."""
-    b = ctx.cfg.bench
+    b = ctx.request.settings
     errors: list[SpecqError] = []
-    for label, k, variant in sweep_plan(ctx.cfg):
+    for label, variant in sweep_plan(ctx.request):
         run_dir = out / "servers" / label.replace("=", "")
         ctx.progress(f"{label}: starting the server")
         engine: Engine | None = None
         try:
             engine = factory(variant, run_dir, ctx.progress)
             engine.start()
-            engine.wait_ready(variant.engine.ready_timeout_s)
+            engine.wait_ready(variant.options.ready_timeout_s)
         except SpecqError as e:
             errors.append(e)
             tail = _tail(engine.log_path if engine is not None else None)
@@ -570,10 +575,11 @@ def _sweep(report: BenchReport, ctx: RunContext, factory: EngineFactory, out: Pa
             for conc in b.concurrency:
                 report.runs.append(
                     Run(
-                        label=label, draft_tokens=k, concurrency=conc, baseline=k == 0,
+                        label=label, draft_tokens=variant.draft_tokens, concurrency=conc,
+                        baseline=variant.draft_tokens == 0,
                         status="server-failed",
-                        reason=f"server did not start: {e}", log_tail=tail, engine=variant.engine.engine,
-                        backend=variant.engine.backend,
+                        reason=f"server did not start: {e}", log_tail=tail, engine=variant.server,
+                        backend=variant.backend,
                     )
                 )  # fmt: skip
             ctx.progress(f"{label}: server did not start, continuing with the next run ({e})")
@@ -587,8 +593,9 @@ def _sweep(report: BenchReport, ctx: RunContext, factory: EngineFactory, out: Pa
                     model=engine.model_name,
                 )
             for conc in b.concurrency:
-                run = Run(label=label, draft_tokens=k, concurrency=conc, baseline=k == 0,
-                          engine=engine.name, backend=variant.engine.backend)  # fmt: skip
+                run = Run(label=label, draft_tokens=variant.draft_tokens, concurrency=conc,
+                          baseline=variant.draft_tokens == 0, engine=engine.name,
+                          backend=variant.backend)  # fmt: skip
                 report.runs.append(run)
                 ctx.measure(run, engine.base_url, engine.metrics_url, engine.model_name)
                 if run.aggregate.errors and not _alive(engine.base_url):
@@ -602,9 +609,9 @@ def _sweep(report: BenchReport, ctx: RunContext, factory: EngineFactory, out: Pa
     return errors
 
 
-def finalize(report: BenchReport, cfg: SpecqConfig, counter: TokenCounter | None) -> None:
+def finalize(report: BenchReport, request: BenchRequest, counter: TokenCounter | None) -> None:
     """Speedups, lossless checks, best k and gates (also on a partial report)."""
-    b = cfg.bench
+    b = request.settings
     for conc in sorted({r.concurrency for r in report.runs}):
         runs = [r for r in report.runs if r.concurrency == conc]
         base = next((r for r in runs if r.baseline and r.status == "ok"), None)
@@ -622,7 +629,7 @@ def finalize(report: BenchReport, cfg: SpecqConfig, counter: TokenCounter | None
             if not r.baseline and b.temperature == 0 and r.status in ("ok", "failed"):
                 r.lossless = lossless(base, r, counter)
         if report.best_k is None:
-            report.best_k = predict_best_k(base, [r for r in runs if not r.baseline], k_limit(cfg))
+            report.best_k = predict_best_k(base, [r for r in runs if not r.baseline], k_limit(request))
     report.headline = headline(report)
     old = None
     if b.baseline_report:

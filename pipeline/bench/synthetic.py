@@ -32,19 +32,21 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..config.models import SpecqConfig
 from ..errors import ProcessFailed
 from ..progress import Progress, null_progress
 from ..serve.engine import Engine
+
+if TYPE_CHECKING:
+    from ..serve.spec import ServeRequest
 
 MODEL = "synthetic"
 
 
 class Counters:
-    def __init__(self, k: int, lag_s: float):
-        self.k, self.lag_s = k, lag_s
+    def __init__(self, draft_tokens: int, lag_s: float):
+        self.draft_tokens, self.lag_s = draft_tokens, lag_s
         self.lock = threading.Lock()
         self.values: dict[str, float] = {}
         self.pending: list[tuple[float, dict[str, float]]] = []
@@ -81,7 +83,7 @@ class Counters:
         counter("spec_decode_num_draft_tokens", v.get("draft_tokens", 0.0))
         counter("spec_decode_num_accepted_tokens", v.get("accepted", 0.0))
         out.append("# TYPE lmdeploy:spec_decode_num_accepted_tokens_per_pos counter")
-        for i in range(max(self.k, 1)):
+        for i in range(max(self.draft_tokens, 1)):
             val = v.get(f"pos{i}", 0.0)
             out.append(
                 f'lmdeploy:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{i}"}} {val}'
@@ -175,7 +177,7 @@ def make_handler(args: argparse.Namespace, counters: Counters) -> type[BaseHTTPR
             seed = int(hashlib.sha256(prompt.encode()).hexdigest()[:6], 16)
             n = int(body.get("max_tokens") or 16)
             words = [f" w{(seed + i * 7919) % 100000:05d}" for i in range(n)]  # fixed width: 7 chars a token
-            sizes = plan_chunks(args.k, n, pattern, args.tokens_per_chunk, args.first_chunk_tokens)
+            sizes = plan_chunks(args.draft_tokens, n, pattern, args.tokens_per_chunk, args.first_chunk_tokens)
             jit = args.jit_s * (1 - (n_req - 1) / args.jit_requests) if n_req <= args.jit_requests else 0.0
             if not body.get("stream"):
                 time.sleep(jit + args.ttft_s + args.step_s * (len(sizes) - 1))
@@ -231,13 +233,13 @@ def make_handler(args: argparse.Namespace, counters: Counters) -> type[BaseHTTPR
 
         def _account(self, sizes: list[int], decode_s: float) -> None:
             d: dict[str, float] = {"gen": float(sum(sizes)), "reqs": 1.0, "decode_s": decode_s}
-            if args.k > 0:
+            if args.draft_tokens > 0:
                 # The first chunk is the prefill's token; every later chunk is one verify step.
                 steps = sizes[1:]
                 d["drafts"] = float(len(steps))
-                d["draft_tokens"] = float(len(steps) * args.k)
+                d["draft_tokens"] = float(len(steps) * args.draft_tokens)
                 d["accepted"] = float(sum(s - 1 for s in steps))
-                for i in range(args.k):
+                for i in range(args.draft_tokens):
                     d[f"pos{i}"] = float(sum(1 for s in steps if s - 1 > i))
             counters.add(d)
 
@@ -248,7 +250,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="specq synthetic streaming server")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
-    p.add_argument("--k", type=int, default=0, help="draft tokens (0 = plain decoding)")
+    p.add_argument("--draft-tokens", "--k", type=int, default=0, help="draft tokens (0 = plain decoding)")
     p.add_argument("--accept-pattern", default="2,1,3,0", help="accepted drafts per step, cycled")
     p.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens per chunk when k = 0")
     p.add_argument("--ttft-s", type=float, default=0.01)
@@ -267,7 +269,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def serve(args: argparse.Namespace) -> None:
-    counters = Counters(args.k, args.metrics_lag_s)
+    counters = Counters(args.draft_tokens, args.metrics_lag_s)
     server = ThreadingHTTPServer((args.host, args.port), make_handler(args, counters))
     server.daemon_threads = True
     print(f"PORT {server.server_address[1]}", flush=True)
@@ -304,23 +306,32 @@ def stop_server(proc: subprocess.Popen[bytes]) -> None:
 
 
 class SyntheticEngine(Engine):
-    """The serve stage's Engine interface over the synthetic server (k from `cfg.model.num_draft_tokens`)."""
+    """The serve stage's Engine interface over the synthetic server, for `request.draft_tokens`."""
 
     name = "synthetic"
 
-    def __init__(self, cfg: SpecqConfig, run_dir: Path, progress: Progress = null_progress, *extra: str):
-        self.k = cfg.model.num_draft_tokens
+    def __init__(self, request: ServeRequest, run_dir: Path, progress: Progress = null_progress, *extra: str):
+        self.draft_tokens = request.draft_tokens
         self.run_dir = Path(run_dir)
         self.extra = list(extra)
         self._proc: subprocess.Popen[bytes] | None = None
         self._url = ""
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "specq.pipeline.bench.synthetic", "--k", str(self.k), *self.extra]
+        return [
+            sys.executable,
+            "-m",
+            "specq.pipeline.bench.synthetic",
+            "--draft-tokens",
+            str(self.draft_tokens),
+            *self.extra,
+        ]
 
     def start(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._proc, self._url = start_server("--k", str(self.k), *self.extra, log=self.log_path)
+        self._proc, self._url = start_server(
+            "--draft-tokens", str(self.draft_tokens), *self.extra, log=self.log_path
+        )
 
     def wait_ready(self, timeout_s: float) -> None:
         import httpx

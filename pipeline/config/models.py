@@ -20,13 +20,21 @@ class Section(BaseModel):
 
 
 class ModelSection(Section):
-    """Which checkpoints to serve. `draft_model_path` and `num_draft_tokens` sit here as in the tutorial."""
+    """Which checkpoints to serve. `draft_model_path` and the draft-token count sit here as in the tutorial,
+    whose key for the count, `num_draft_tokens`, is the one a config file uses (and `config show` prints);
+    in code it is `draft_tokens`, as everywhere else."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
 
     model_path: str | None = None
     model_name: str | None = Field(None, description="name the server announces; default: directory name")
     draft_model_path: str | None = None
-    num_draft_tokens: int = Field(
-        0, ge=0, le=MAX_DRAFT_TOKENS, description="draft tokens per step; 0 = no speculation"
+    draft_tokens: int = Field(
+        0,
+        ge=0,
+        le=MAX_DRAFT_TOKENS,
+        alias="num_draft_tokens",
+        description="draft tokens per step; 0 = no speculation",
     )
     trust_remote_code: bool = False
 

@@ -45,7 +45,7 @@ class ConvertRequest(ConvertSection):
                 **cfg.convert.model_dump(),
                 "model": str(model),
                 "draft_model": cfg.model.draft_model_path,
-                "draft_tokens": cfg.model.num_draft_tokens or None,
+                "draft_tokens": cfg.model.draft_tokens or None,
             }
         )
 

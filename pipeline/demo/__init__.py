@@ -49,7 +49,7 @@ def demo_config(target: Path, draft: Path, out: Path, quick: bool) -> SpecqConfi
 
 
 def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_progress) -> DemoResult:
-    from ..bench import run_bench
+    from ..bench import BenchRequest, run_bench
     from ..convert.readiness import check_readiness
     from ..convert.repack import repack_gptq_to_awq
     from ..quantize import QuantizeRequest, quantize
@@ -102,7 +102,7 @@ def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_
 
     stage(3)
     cfg = demo_config(gptq_dir, pair.draft, out / "bench", quick)
-    report = run_bench(cfg, progress=progress, out_dir=out / "bench")
+    report = run_bench(BenchRequest.from_config(cfg), progress=progress, out_dir=out / "bench")
     bench_dir = out / "bench"
     files = {str(p.relative_to(bench_dir)): str(p) for p in sorted(bench_dir.rglob("*")) if p.is_file()}
     stage(4)

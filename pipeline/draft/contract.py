@@ -230,7 +230,7 @@ def tensor_problems(draft: Checkpoint) -> list[str]:
     return problems
 
 
-def lmdeploy_parse(config: dict[str, Any], num_draft_tokens: int, target_layers: int) -> Any:
+def lmdeploy_parse(config: dict[str, Any], draft_tokens: int, target_layers: int) -> Any:
     """Run LMDeploy's own `parse_dflash_config` on a drafter config; None when lmdeploy is absent.
 
     Raises InputError with LMDeploy's message when it refuses the config."""
@@ -241,7 +241,7 @@ def lmdeploy_parse(config: dict[str, Any], num_draft_tokens: int, target_layers:
     try:
         return parse_dflash_config(
             SimpleNamespace(**config),
-            num_speculative_tokens=num_draft_tokens,
+            num_speculative_tokens=draft_tokens,
             target_num_layers=target_layers,
         )
     except (ValueError, KeyError, TypeError, AttributeError) as e:
@@ -249,7 +249,7 @@ def lmdeploy_parse(config: dict[str, Any], num_draft_tokens: int, target_layers:
 
 
 def check_drafter(
-    draft: Checkpoint, target: Checkpoint | None = None, num_draft_tokens: int | None = None
+    draft: Checkpoint, target: Checkpoint | None = None, draft_tokens: int | None = None
 ) -> list[str]:
     """Every way `draft` breaks LMDeploy 0.18's DFlash contract (empty list: it conforms)."""
     problems = config_problems(draft.config, target)
@@ -257,20 +257,20 @@ def check_drafter(
         return problems
     problems += tensor_problems(draft)
     bs = draft.config["dflash_config"]["block_size"]
-    if num_draft_tokens is not None and num_draft_tokens + 1 > bs:
+    if draft_tokens is not None and draft_tokens + 1 > bs:
         problems.append(
-            f"num_draft_tokens: {num_draft_tokens} + 1 exceeds the drafter's block_size {bs} "
+            f"num_draft_tokens: {draft_tokens} + 1 exceeds the drafter's block_size {bs} "
             f"(LMDeploy's limit); use at most {bs - 1}"
         )
     return problems
 
 
 def validate_drafter(
-    draft: Checkpoint, target: Checkpoint | None = None, num_draft_tokens: int | None = None
+    draft: Checkpoint, target: Checkpoint | None = None, draft_tokens: int | None = None
 ) -> bool:
     """Raise InputError on the first contract violation. Returns whether LMDeploy's own parser also ran."""
-    problems = check_drafter(draft, target, num_draft_tokens)
+    problems = check_drafter(draft, target, draft_tokens)
     if problems:
         raise InputError(f"{draft.path}: not a valid LMDeploy DFlash drafter: {problems[0]}")
-    k = num_draft_tokens if num_draft_tokens is not None else draft.config["dflash_config"]["block_size"] - 1
+    k = draft_tokens if draft_tokens is not None else draft.config["dflash_config"]["block_size"] - 1
     return lmdeploy_parse(draft.config, k, int(draft.config["num_target_layers"])) is not None

@@ -218,7 +218,7 @@ class PlanRequest(BaseModel):
         return cls(
             model=cfg.model.model_path,
             draft_model=cfg.model.draft_model_path,
-            draft_tokens=cfg.model.num_draft_tokens,
+            draft_tokens=cfg.model.draft_tokens,
             method=cfg.speculative.method,
             engine=cfg.engine.model_copy(deep=True),
             plan=cfg.plan.model_copy(deep=True),

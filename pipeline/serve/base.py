@@ -6,29 +6,28 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..config.models import SpecqConfig
 from ..errors import ConfigError, InputError
 from ..progress import Progress, null_progress
 from .engine import Engine
 from .process import ManagedProcess, check_port_free
-from .spec import ServeSpec
+from .spec import ServerOptions, ServeSpec
 
 MASK = "***"
 
 
-def read_api_keys(cfg: SpecqConfig) -> list[str]:
+def read_api_keys(options: ServerOptions) -> list[str]:
     """API keys from `engine.api_keys_env` (a variable name; comma- or space-separated keys) or
     `engine.api_keys_file` (one key per line)."""
     keys: list[str] = []
-    if cfg.engine.api_keys_env:
-        value = os.environ.get(cfg.engine.api_keys_env)
+    if options.api_keys_env:
+        value = os.environ.get(options.api_keys_env)
         if not value:
             raise ConfigError(
-                f"engine.api_keys_env: the environment variable {cfg.engine.api_keys_env} is not set"
+                f"engine.api_keys_env: the environment variable {options.api_keys_env} is not set"
             )
         keys += [k for k in value.replace(",", " ").split() if k]
-    if cfg.engine.api_keys_file:
-        path = Path(cfg.engine.api_keys_file).expanduser()
+    if options.api_keys_file:
+        path = Path(options.api_keys_file).expanduser()
         try:
             keys += [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
         except OSError as e:
@@ -56,14 +55,11 @@ class ProcessEngine(Engine):
     #: stop the server when this process dies, even by SIGKILL (Linux); only `serve --detach` turns it off
     die_with_parent = True
 
-    def __init__(
-        self, spec: ServeSpec, cfg: SpecqConfig, run_dir: Path, progress: Progress = null_progress
-    ) -> None:
+    def __init__(self, spec: ServeSpec, run_dir: Path, progress: Progress = null_progress) -> None:
         self.spec = spec
-        self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.progress = progress
-        self.api_keys = read_api_keys(cfg)
+        self.api_keys = read_api_keys(spec.options)
         warn_if_exposed(spec.host, self.api_keys, progress)
         self._proc: ManagedProcess | None = None
 
@@ -128,7 +124,7 @@ class ProcessEngine(Engine):
             self.start()
         assert self._proc is not None
         headers = {"Authorization": f"Bearer {self.api_keys[0]}"} if self.api_keys else None
-        timeout = timeout_s if timeout_s is not None else self.cfg.engine.ready_timeout_s
+        timeout = timeout_s if timeout_s is not None else self.spec.options.ready_timeout_s
         self._proc.wait_ready(f"{self.base_url}/v1/models", timeout, headers)
 
     def stop(self) -> None:

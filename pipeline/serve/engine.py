@@ -12,7 +12,7 @@ from types import TracebackType
 class Engine(abc.ABC):
     """One server process serving one model, optionally with a drafter."""
 
-    #: registry name: "lmdeploy" or "embedded"
+    #: the server's name (`engines.ServerName`: "lmdeploy" or "embedded"; bench's test server: "synthetic")
     name: str
 
     @abc.abstractmethod

@@ -1,5 +1,5 @@
 """LMDeploy 0.18's `api_server` as an engine: the argument list for `python -m lmdeploy serve api_server`
-built from the typed serve config. Plain decoding on TurboMind (the default baseline; `--model-format
+built from the `ServeSpec`. Plain decoding on TurboMind (the default baseline; `--model-format
 awq|gptq` from the checkpoint's `quantization_config`) or the PyTorch engine; speculative decoding only on the
 PyTorch engine (`--speculative-algorithm`, `--speculative-draft-model`, `--speculative-num-draft-tokens`,
 `--speculative-dflash-block-size`). Preflight runs before the launch."""
@@ -21,7 +21,7 @@ class LMDeployEngine(ProcessEngine):
     log_name = "lmdeploy.log"
 
     def argv(self, *, masked: bool) -> list[str]:
-        spec, eng = self.spec, self.cfg.engine
+        spec, eng = self.spec, self.spec.options
         backend = spec.backend or "turbomind"
         argv = [sys.executable, "-m", "lmdeploy", "serve", "api_server", str(spec.target.path)]
         argv += ["--backend", backend, "--server-name", spec.host, "--server-port", str(spec.port)]
@@ -35,8 +35,7 @@ class LMDeployEngine(ProcessEngine):
             argv += ["--session-len", str(eng.session_len)]
         argv += ["--cache-max-entry-count", f"{eng.cache_max_entry_count:g}"]
         # The value `specq plan` sized the memory for (LMDeploy's own default is 8192 as well).
-        prefill = eng.max_prefill_token_num or self.cfg.plan.max_prefill_token_num
-        argv += ["--max-prefill-token-num", str(prefill)]
+        argv += ["--max-prefill-token-num", str(eng.max_prefill_token_num)]
         argv += ["--max-batch-size", str(eng.max_batch_size)]
         if eng.tp != 1:
             argv += ["--tp", str(eng.tp)]
@@ -50,14 +49,14 @@ class LMDeployEngine(ProcessEngine):
             if spec.draft_path is not None:
                 argv += ["--speculative-draft-model", str(spec.draft_path)]
             argv += ["--speculative-num-draft-tokens", str(spec.draft_tokens)]
-            if spec.method == "dflash" and self.cfg.speculative.dflash_block_size is not None:
-                argv += ["--speculative-dflash-block-size", str(self.cfg.speculative.dflash_block_size)]
+            if spec.method == "dflash" and eng.dflash_block_size is not None:
+                argv += ["--speculative-dflash-block-size", str(eng.dflash_block_size)]
         if self.api_keys:
             argv += ["--api-keys", *([MASK] * len(self.api_keys) if masked else self.api_keys)]
         return argv
 
     def preflight(self) -> None:
-        require_lmdeploy(self.spec.backend or "turbomind", self.spec.speculative, self.cfg)
+        require_lmdeploy(self.spec.backend or "turbomind", self.spec.speculative, self.spec.request)
 
     def prepare(self) -> None:
         write_fp16_copy(self.spec, self.progress)

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import hardware
-from ..config.models import SpecqConfig
 from ..errors import EnvironmentMissing, InputError
 from ..fa3.installed import build_command, installed_coverage
 from ..fa3.kernels import Dtype, derive_needs
+from .spec import ServeRequest
 
 # LMDeploy 0.18 builds TurboMind for sm_70 and newer; the PyTorch engine's Triton kernels need sm_75+.
 MIN_COMPUTE_CAPABILITY = {"turbomind": (7, 0), "pytorch": (7, 5)}
@@ -113,37 +113,25 @@ def _fa3_source() -> str | None:
     return coverage.source if coverage else None
 
 
-def served_models(cfg: SpecqConfig) -> list[str]:
-    """The target and (when speculating) the drafter a serve config launches, as given by the user."""
-    models = [cfg.model.model_path] if cfg.model.model_path else []
-    if cfg.model.draft_model_path and cfg.model.num_draft_tokens > 0:
-        models.append(cfg.model.draft_model_path)
-    return [str(m) for m in models]
-
-
-def vram_problem(cfg: SpecqConfig) -> str | None:
-    """What the VRAM planner (`specq plan`) says about fitting this serve config on the GPU, or None (fits,
-    or no GPU size known). The planner models LMDeploy's --max-prefill-token-num: give it the value the
-    server will be launched with."""
+def vram_problem(request: ServeRequest) -> str | None:
+    """What the VRAM planner (`specq plan`) says about fitting this request on the GPU, or None (fits, or no
+    GPU size known). The planner models LMDeploy's --max-prefill-token-num: it is given the value the server
+    will be launched with."""
     from ..plan import fits
 
-    prefill = cfg.engine.max_prefill_token_num
-    if prefill is not None:
-        cfg = cfg.model_copy(deep=True)
-        cfg.plan.max_prefill_token_num = prefill
     try:
-        return fits(cfg)
+        return fits(request.planner_config())
     except InputError:  # a config the planner cannot read: LMDeploy reports what it cannot load
         return None
 
 
-def require_lmdeploy(backend: str, speculative: bool, cfg: SpecqConfig | None = None) -> None:
+def require_lmdeploy(backend: str, speculative: bool, request: ServeRequest | None = None) -> None:
     """Raise the first preflight problem as EnvironmentMissing (exit 4)."""
-    models = served_models(cfg) if cfg is not None else []
-    dtype = cfg.engine.dtype if cfg is not None else "auto"
+    models = request.served_models() if request is not None else []
+    dtype = request.options.dtype if request is not None else "auto"
     problems = lmdeploy_problems(backend, speculative, models, dtype)
-    if not problems and cfg is not None:
-        vram = vram_problem(cfg)
+    if not problems and request is not None:
+        vram = vram_problem(request)
         if vram:
             problems.append(vram)
     if problems:

@@ -1,26 +1,26 @@
-"""The engines by name. Imported lazily so that choosing one never imports the other's dependencies."""
+"""The servers specq starts, by `ServerName`. Imported lazily so that choosing one never imports the other's
+dependencies."""
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
 
-from ..config.models import SpecqConfig
+from ..engines import ServerName
 from ..progress import Progress, null_progress
 from .base import ProcessEngine
 from .spec import ServeSpec
 
-ENGINES: dict[str, tuple[str, str]] = {
+SERVERS: dict[ServerName, tuple[str, str]] = {
     "lmdeploy": (".lmdeploy", "LMDeployEngine"),
     "embedded": (".embedded", "EmbeddedEngine"),
 }
 
 
-def build_engine(
-    spec: ServeSpec, cfg: SpecqConfig, run_dir: Path, progress: Progress = null_progress
-) -> ProcessEngine:
-    module, cls = ENGINES[spec.engine]
+def build_engine(spec: ServeSpec, run_dir: Path, progress: Progress = null_progress) -> ProcessEngine:
+    """The handle on the server `spec.server` names (not started)."""
+    module, cls = SERVERS[spec.server]
     engine: ProcessEngine = getattr(importlib.import_module(module, __package__), cls)(
-        spec, cfg, Path(run_dir), progress
+        spec, Path(run_dir), progress
     )
     return engine

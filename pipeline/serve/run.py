@@ -67,10 +67,10 @@ def default_run_dir(port: int) -> Path:
 
 def _engine(cfg: SpecqConfig, run_dir: Path | None, progress: Progress) -> ProcessEngine:
     from .registry import build_engine
-    from .spec import resolve_spec
+    from .spec import ServeRequest, resolve_spec
 
-    spec = resolve_spec(cfg, progress)
-    return build_engine(spec, cfg, run_dir if run_dir is not None else default_run_dir(spec.port), progress)
+    spec = resolve_spec(ServeRequest.from_config(cfg), progress)
+    return build_engine(spec, run_dir if run_dir is not None else default_run_dir(spec.port), progress)
 
 
 def info_of(engine: ProcessEngine, cfg: SpecqConfig) -> ServeInfo:
@@ -97,10 +97,11 @@ def dry_run(cfg: SpecqConfig, run_dir: Path | None = None, progress: Progress = 
     """Resolve and check everything a launch would, without launching; preflight problems become notices."""
     engine = _engine(cfg, run_dir, progress)
     if engine.name == "lmdeploy":
-        from .preflight import lmdeploy_problems, served_models
+        from .preflight import lmdeploy_problems
 
-        backend, speculative = engine.spec.backend or "turbomind", engine.spec.speculative
-        for problem in lmdeploy_problems(backend, speculative, served_models(cfg), cfg.engine.dtype):
+        spec = engine.spec
+        backend, models = spec.backend or "turbomind", spec.request.served_models()
+        for problem in lmdeploy_problems(backend, spec.speculative, models, spec.options.dtype):
             progress(f"preflight (a launch here would stop): {problem}")
     return info_of(engine, cfg)
 

@@ -1,8 +1,11 @@
-"""From a resolved `SpecqConfig` to what will be served: which engine and backend, which target and
-drafter, which speculative method with how many draft tokens, on which host and port, under which name. All
-checks that need no GPU happen here, so `--dry-run` catches the same mistakes as a launch: compatibility
-(exit 2), the PyTorch engine's refusal of GPTQ targets (exit 2, with the repack command), and an fp16 copy of
-a bf16 drafter for an AWQ target (announced here, written at launch)."""
+"""From a resolved `SpecqConfig` to what will be served. `ServeRequest.from_config(cfg)` copies once what
+the serve stage reads from the config (which checkpoints, how many draft tokens, which server and backend, its
+launch settings); `resolve_spec(request)` turns it into the `ServeSpec` the engines take as their only input:
+which server and backend, which target and drafter, which speculative method with how many draft tokens, on
+which host and port, under which name. All checks that need no GPU happen here, so `--dry-run` catches the
+same mistakes as a launch: compatibility (exit 2), the PyTorch engine's refusal of GPTQ targets (exit 2, with
+the repack command), and an fp16 copy of a bf16 drafter for an AWQ target (announced here, written at
+launch). `specq bench` sweeps with copies of one request that differ in `draft_tokens` only."""
 
 from __future__ import annotations
 
@@ -13,16 +16,106 @@ from pathlib import Path
 
 from .. import hardware
 from ..checkpoint import Checkpoint, validate_checkpoint
-from ..config.models import SpecqConfig
+from ..config.models import EngineSection, ModelSection, PlanSection, SpecqConfig, SpeculativeSection
+from ..engines import ServerName
 from ..engines.speculation import KIND_TO_METHOD, MTP_METHODS, check_draft
 from ..errors import UsageError
 from ..progress import Progress, null_progress
 from .process import free_port
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
+class ServerOptions:
+    """How a server is launched, beyond what it serves: the `[engine]` settings the engines pass on, the
+    embedded engine's `generation.max_new_tokens`, DFlash's block size and the prefill budget (LMDeploy's
+    `--max-prefill-token-num`: `engine.max_prefill_token_num`, else the value `specq plan` sized for)."""
+
+    dtype: str = "auto"
+    device: str = "auto"
+    session_len: int | None = None
+    cache_max_entry_count: float = 0.8
+    max_prefill_token_num: int = 8192
+    max_batch_size: int = 1
+    tp: int = 1
+    enable_prefix_caching: bool = False
+    eager_mode: bool = False
+    max_queue: int = 64
+    ready_timeout_s: float = 600.0
+    max_new_tokens: int = 256
+    trust_remote_code: bool = False
+    dflash_block_size: int | None = None
+    api_keys_env: str | None = None
+    api_keys_file: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeRequest:
+    """What the user asked to serve, as given (paths unchecked, `auto` unresolved): built once from the
+    config; `resolve_spec` checks and resolves it."""
+
+    model_path: str | None
+    draft_model_path: str | None = None
+    draft_tokens: int = 0  # 0: plain decoding
+    method: str | None = None  # None: detected from the drafter
+    server: str = "auto"  # ServerName or "auto"
+    backend: str = "auto"  # LMDeploy's "turbomind" | "pytorch" | "auto"
+    host: str = "127.0.0.1"
+    port: int | None = None  # None: a free port
+    model_name: str | None = None
+    options: ServerOptions = ServerOptions()
+    # `specq plan`'s own settings, for the VRAM preflight (plan.fits reads a whole config: `planner_config`)
+    plan: PlanSection = dataclasses.field(default_factory=PlanSection)
+
+    @classmethod
+    def from_config(cls, cfg: SpecqConfig) -> ServeRequest:
+        m, e = cfg.model, cfg.engine
+        options = ServerOptions(
+            dtype=e.dtype, device=e.device, session_len=e.session_len,
+            cache_max_entry_count=e.cache_max_entry_count,
+            max_prefill_token_num=e.max_prefill_token_num or cfg.plan.max_prefill_token_num,
+            max_batch_size=e.max_batch_size, tp=e.tp, enable_prefix_caching=e.enable_prefix_caching,
+            eager_mode=e.eager_mode, max_queue=e.max_queue, ready_timeout_s=e.ready_timeout_s,
+            max_new_tokens=cfg.generation.max_new_tokens, trust_remote_code=m.trust_remote_code,
+            dflash_block_size=cfg.speculative.dflash_block_size, api_keys_env=e.api_keys_env,
+            api_keys_file=e.api_keys_file,
+        )  # fmt: skip
+        return cls(
+            model_path=m.model_path, draft_model_path=m.draft_model_path, draft_tokens=m.draft_tokens,
+            method=cfg.speculative.method, server=e.engine, backend=e.backend, host=e.host, port=e.port,
+            model_name=m.model_name, options=options, plan=cfg.plan.model_copy(),
+        )  # fmt: skip
+
+    def planner_config(self) -> SpecqConfig:
+        """The config `specq plan` would read for this request (its memory model takes a whole config)."""
+        o = self.options
+        engine = {
+            "engine": self.server, "backend": self.backend, "dtype": o.dtype, "session_len": o.session_len,
+            "cache_max_entry_count": o.cache_max_entry_count, "max_batch_size": o.max_batch_size,
+            "eager_mode": o.eager_mode, "tp": o.tp,
+        }  # fmt: skip
+        return SpecqConfig(
+            model=ModelSection(
+                model_path=self.model_path, draft_model_path=self.draft_model_path,
+                draft_tokens=self.draft_tokens, trust_remote_code=o.trust_remote_code,
+            ),
+            engine=EngineSection.model_validate(engine),
+            speculative=SpeculativeSection.model_validate({"method": self.method}),
+            plan=self.plan.model_copy(update={"max_prefill_token_num": o.max_prefill_token_num}),
+        )  # fmt: skip
+
+    def served_models(self) -> list[str]:
+        """The target and (when speculating) the drafter this request launches, as given by the user."""
+        models = [self.model_path] if self.model_path else []
+        if self.draft_model_path and self.draft_tokens > 0:
+            models.append(self.draft_model_path)
+        return [str(m) for m in models]
+
+
+@dataclasses.dataclass(frozen=True)
 class ServeSpec:
-    engine: str  # "lmdeploy" | "embedded"
+    """Everything an engine needs to launch one server, resolved and checked: its only input."""
+
+    server: ServerName
     backend: str | None  # LMDeploy: "turbomind" | "pytorch"; embedded: None
     target: Checkpoint
     draft: Checkpoint | None
@@ -32,8 +125,13 @@ class ServeSpec:
     port: int
     port_given: bool
     model_name: str
+    request: ServeRequest  # what was asked (the preflight checks the models as the user gave them)
     # When set, the drafter is served from this fp16 copy, written (once, cached) just before launch.
     draft_fp16: Path | None = None
+
+    @property
+    def options(self) -> ServerOptions:
+        return self.request.options
 
     @property
     def speculative(self) -> bool:
@@ -50,10 +148,11 @@ def lmdeploy_available() -> bool:
     return hardware.module_present("lmdeploy") and bool(hardware.list_gpus())
 
 
-def choose_engine(cfg: SpecqConfig, method: str | None, progress: Progress) -> str:
-    name = cfg.engine.engine
-    if name != "auto":
-        return name
+def choose_server(request: ServeRequest, method: str | None, progress: Progress) -> ServerName:
+    if request.server == "lmdeploy":
+        return "lmdeploy"
+    if request.server == "embedded":
+        return "embedded"
     if method == "draft":
         return "embedded"  # LMDeploy cannot speculate with a plain draft model
     if lmdeploy_available():
@@ -62,11 +161,11 @@ def choose_engine(cfg: SpecqConfig, method: str | None, progress: Progress) -> s
     return "embedded"
 
 
-def _detect_method(cfg: SpecqConfig, draft: Checkpoint | None) -> str | None:
-    if cfg.model.num_draft_tokens == 0:
+def _detect_method(request: ServeRequest, draft: Checkpoint | None) -> str | None:
+    if request.draft_tokens == 0:
         return None
-    if cfg.speculative.method is not None:
-        return cfg.speculative.method
+    if request.method is not None:
+        return request.method
     if draft is not None:
         method = KIND_TO_METHOD.get(draft.draft_kind)
         if method is None:
@@ -102,35 +201,35 @@ def fp16_copy_path(draft: Checkpoint) -> Path:
     return _cache_root() / "fp16-drafters" / f"{draft.name}-{h.hexdigest()[:12]}"
 
 
-def resolve_spec(cfg: SpecqConfig, progress: Progress = null_progress) -> ServeSpec:
+def resolve_spec(request: ServeRequest, progress: Progress = null_progress) -> ServeSpec:
     """Everything `specq serve` will launch, checked. Raises UsageError (exit 2) for what the user passed."""
-    if not cfg.model.model_path:
+    if not request.model_path:
         raise UsageError("no model to serve: pass MODEL or set model.model_path in the config")
     # weights present are checked here (dry run included); a config-only directory is refused at launch
-    target = validate_checkpoint(Checkpoint(cfg.model.model_path), weights=False, role="target")
-    k = cfg.model.num_draft_tokens
-    draft = Checkpoint(cfg.model.draft_model_path) if cfg.model.draft_model_path and k > 0 else None
+    target = validate_checkpoint(Checkpoint(request.model_path), weights=False, role="target")
+    draft_tokens = request.draft_tokens
+    draft = Checkpoint(request.draft_model_path) if request.draft_model_path and draft_tokens > 0 else None
     if draft is not None:
         validate_checkpoint(draft, tokenizer=False, weights=False, role="drafter")
-    if cfg.model.draft_model_path and k == 0:
+    if request.draft_model_path and draft_tokens == 0:
         progress(
             "draft tokens = 0: serving without speculation (the baseline); the draft model is not loaded"
         )
-    method = _detect_method(cfg, draft)
-    engine = choose_engine(cfg, method, progress)
+    method = _detect_method(request, draft)
+    server = choose_server(request, method, progress)
     if method in MTP_METHODS and draft is not None:
         progress(f"method {method} uses the target's own MTP head: the draft model is ignored")
         draft = None
 
-    problems = check_draft(target, draft, method, k, engine)
-    if method is None and k > 0 and not problems:
+    problems = check_draft(target, draft, method, draft_tokens, server)
+    if method is None and draft_tokens > 0 and not problems:
         problems = ["draft tokens > 0 but no draft model and no method"]
     if problems:
         raise UsageError("; ".join(problems))
 
     backend: str | None = None
-    if engine == "lmdeploy":
-        backend = cfg.engine.backend
+    if server == "lmdeploy":
+        backend = request.backend
         if backend == "auto":
             backend = "pytorch" if method is not None else "turbomind"
         if method is not None and backend == "turbomind":
@@ -138,7 +237,7 @@ def resolve_spec(cfg: SpecqConfig, progress: Progress = null_progress) -> ServeS
                 "TurboMind does no speculative decoding in LMDeploy 0.18; "
                 "use --backend pytorch (or draft tokens 0)"
             )
-        if method == "dflash" and cfg.engine.enable_prefix_caching:
+        if method == "dflash" and request.options.enable_prefix_caching:
             raise UsageError(
                 "LMDeploy 0.18 refuses prefix caching together with DFlash; drop --enable-prefix-caching "
                 "(engine.enable_prefix_caching = false)"
@@ -149,13 +248,13 @@ def resolve_spec(cfg: SpecqConfig, progress: Progress = null_progress) -> ServeS
             refusal = pytorch_engine_refusal(target)
             if refusal:
                 raise UsageError(refusal)
-    elif cfg.engine.backend not in ("auto",):
-        progress(f"--backend {cfg.engine.backend} applies to LMDeploy only; the embedded engine ignores it")
+    elif request.backend not in ("auto",):
+        progress(f"--backend {request.backend} applies to LMDeploy only; the embedded engine ignores it")
 
     draft_fp16: Path | None = None
     quant = target.quantization
     if (
-        engine == "lmdeploy"
+        server == "lmdeploy"
         and backend == "pytorch"
         and draft is not None
         and quant is not None
@@ -168,19 +267,20 @@ def resolve_spec(cfg: SpecqConfig, progress: Progress = null_progress) -> ServeS
             f"serving an fp16 copy of it ({draft_fp16}{'' if draft_fp16.exists() else ', written at launch'})"
         )
 
-    host = cfg.engine.host
-    port = cfg.engine.port
+    host = request.host
+    port = request.port
     return ServeSpec(
-        engine=engine,
+        server=server,
         backend=backend,
         target=target,
         draft=draft if method is not None else None,
         method=method,
-        draft_tokens=k if method is not None else 0,
+        draft_tokens=draft_tokens if method is not None else 0,
         host=host,
         port=port if port is not None else free_port(_bind_host(host)),
         port_given=port is not None,
-        model_name=cfg.model.model_name or target.name,
+        model_name=request.model_name or target.name,
+        request=request,
         draft_fp16=draft_fp16,
     )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from specq.pipeline.bench import BenchRequest
 from specq.pipeline.bench.runner import run_bench
 from specq.pipeline.config.models import SpecqConfig
 
@@ -30,7 +31,7 @@ def test_embedded_cuda_sweep_with_telemetry_and_roofline(gpu_pair, tmp_path):
                       "out": str(tmp_path / "out")},
         }
     )  # fmt: skip
-    report = run_bench(cfg)
+    report = run_bench(BenchRequest.from_config(cfg))
     assert [r.status for r in report.runs] == ["ok", "ok"], [r.reason for r in report.runs]
     base, spec = report.runs
     for run in report.runs:

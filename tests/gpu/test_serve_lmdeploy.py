@@ -12,7 +12,7 @@ import pytest
 from specq.pipeline import hardware
 from specq.pipeline.config.models import SpecqConfig
 from specq.pipeline.errors import EnvironmentMissing
-from specq.pipeline.serve import create_engine
+from specq.pipeline.serve import ServeRequest, create_engine
 
 pytestmark = pytest.mark.gpu
 
@@ -29,7 +29,7 @@ def test_pytorch_engine_serves_toy_target(toy_pair, tmp_path: Path) -> None:
                        "cache_max_entry_count": 0.2, "ready_timeout_s": 400},
         }
     )  # fmt: skip
-    engine = create_engine(cfg, tmp_path)
+    engine = create_engine(ServeRequest.from_config(cfg), tmp_path)
     with engine:
         models = httpx.get(f"{engine.base_url}/v1/models", timeout=30).json()
         assert [m["id"] for m in models["data"]] == ["toy"]
@@ -55,7 +55,7 @@ def test_speculative_launch_refused_without_fa3(tmp_path: Path, toy_pair) -> Non
             "speculative": {"method": "qwen3_5_mtp"},
         }
     )
-    engine = create_engine(cfg, tmp_path)
+    engine = create_engine(ServeRequest.from_config(cfg), tmp_path)
     with pytest.raises(EnvironmentMissing, match="FlashAttention-3.*hopper/"):
         engine.start()
     assert engine.pid is None  # refused before anything was launched

@@ -18,7 +18,7 @@ import pytest
 
 from specq.pipeline import hardware
 from specq.pipeline.config.models import SpecqConfig
-from specq.pipeline.serve import create_engine
+from specq.pipeline.serve import ServeRequest, create_engine
 
 pytestmark = pytest.mark.gpu
 
@@ -104,18 +104,19 @@ def _greedy(base_url: str) -> list[str]:
 
 @needs_spec
 def test_dflash_is_lossless_and_bench_acceptance_matches_raw_counters(tmp_path: Path) -> None:
+    from specq.pipeline.bench import BenchRequest
     from specq.pipeline.bench.runner import run_bench
 
     target, drafter = _pair(tmp_path)
-    with create_engine(_config(target, drafter, 0), tmp_path / "base") as base:
+    with create_engine(ServeRequest.from_config(_config(target, drafter, 0)), tmp_path / "base") as base:
         reference = _greedy(base.base_url)
 
     cfg = _config(target, drafter, K)
-    with create_engine(cfg, tmp_path / "spec") as spec:
+    with create_engine(ServeRequest.from_config(cfg), tmp_path / "spec") as spec:
         assert _greedy(spec.base_url) == reference  # lossless: greedy text identical with speculation
         before = settled(spec.metrics_url)
         cfg.bench.url = spec.base_url
-        report = run_bench(cfg, out_dir=tmp_path / "bench")
+        report = run_bench(BenchRequest.from_config(cfg), out_dir=tmp_path / "bench")
         after = settled(spec.metrics_url)
 
     acc = report.runs[0].acceptance
@@ -129,7 +130,8 @@ def test_dflash_is_lossless_and_bench_acceptance_matches_raw_counters(tmp_path: 
     raw_per_pos = [d[f"spec_decode_num_accepted_tokens_per_pos_total@{i}"] / drafts for i in range(K)]
     assert acc.per_position == pytest.approx(raw_per_pos)
     # Acceptance at a later position can never exceed an earlier one (a draft token is accepted only if
-    # every one before it was): identical values in groups would betray a bookkeeping error.
+    # every one before it was). Equal neighbours are real (no draft stopped between them; the H200 run had
+    # 0.85 / 0.85 at k = 7); an increase would betray a bookkeeping error.
     assert all(a >= b - 1e-9 for a, b in zip(raw_per_pos, raw_per_pos[1:], strict=False))
     assert report.runs[0].draft_tokens == K
     print(

@@ -15,14 +15,14 @@ class EmbeddedEngine(ProcessEngine):
     log_name = "embedded.log"
 
     def argv(self, *, masked: bool) -> list[str]:
-        spec, eng = self.spec, self.cfg.engine
+        spec, eng = self.spec, self.spec.options
         argv = [sys.executable, "-m", "specq.pipeline.serve.embedded", str(spec.target.path)]
         argv += ["--served-model-name", spec.model_name, "--host", spec.host, "--port", str(spec.port)]
         argv += ["--device", eng.device, "--dtype", eng.dtype, "--max-queue", str(eng.max_queue)]
-        argv += ["--max-new-tokens", str(self.cfg.generation.max_new_tokens)]
+        argv += ["--max-new-tokens", str(eng.max_new_tokens)]
         if spec.speculative and spec.draft_path is not None:
-            argv += ["--draft-model", str(spec.draft_path), "--num-draft-tokens", str(spec.draft_tokens)]
-        if self.cfg.model.trust_remote_code:
+            argv += ["--draft-model", str(spec.draft_path), "--draft-tokens", str(spec.draft_tokens)]
+        if eng.trust_remote_code:
             argv += ["--trust-remote-code"]
         return argv
 

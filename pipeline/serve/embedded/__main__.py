@@ -15,7 +15,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m specq.pipeline.serve.embedded")
     p.add_argument("model")
     p.add_argument("--draft-model")
-    p.add_argument("--num-draft-tokens", type=int, default=0)
+    p.add_argument("--draft-tokens", type=int, default=0)
     p.add_argument("--served-model-name", required=True)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
@@ -41,12 +41,12 @@ def main(argv: list[str] | None = None) -> int:
             import torch
 
             torch.set_num_threads(args.threads)
-        k = args.num_draft_tokens if args.draft_model else 0
-        metrics = EngineMetrics(args.served_model_name, num_draft_tokens=k)
+        draft_tokens = args.draft_tokens if args.draft_model else 0
+        metrics = EngineMetrics(args.served_model_name, draft_tokens=draft_tokens)
         generator = Generator(
             args.model,
             draft_model_path=args.draft_model,
-            num_draft_tokens=k,
+            draft_tokens=draft_tokens,
             device=args.device,
             dtype=args.dtype,
             trust_remote_code=args.trust_remote_code,
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(
             f"specq-embedded: loaded {args.model} on {generator.device}"
-            + (f" with draft {args.draft_model} (K={k})" if k else ""),
+            + (f" with draft {args.draft_model} (K={draft_tokens})" if draft_tokens else ""),
             file=sys.stderr,
             flush=True,
         )

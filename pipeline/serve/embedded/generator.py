@@ -87,7 +87,7 @@ class Generator:
         self,
         model_path: str,
         draft_model_path: str | None = None,
-        num_draft_tokens: int = 0,
+        draft_tokens: int = 0,
         device: str = "auto",
         dtype: str = "auto",
         trust_remote_code: bool = False,
@@ -106,14 +106,14 @@ class Generator:
         self.tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
         self.model = _load(AutoModelForCausalLM, model_path, torch_dtype, device, trust_remote_code)
         self.draft = None
-        self.num_draft_tokens = num_draft_tokens if draft_model_path else 0
-        if draft_model_path and num_draft_tokens > 0:
+        self.draft_tokens = draft_tokens if draft_model_path else 0
+        if draft_model_path and draft_tokens > 0:
             self.draft = _load(
                 AutoModelForCausalLM, draft_model_path, self.model.dtype, device, trust_remote_code
             )
             gc = self.draft.generation_config
             # A constant K: no heuristic schedule and no early stop on low draft confidence.
-            gc.num_assistant_tokens = num_draft_tokens
+            gc.num_assistant_tokens = draft_tokens
             gc.num_assistant_tokens_schedule = "constant"
             gc.assistant_confidence_threshold = 0.0
             self._install_acceptance_hook()

@@ -21,10 +21,10 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
 class EngineMetrics:
     """All counters of one served model. Thread-safe: the generation thread writes, /metrics reads."""
 
-    def __init__(self, model_name: str, num_draft_tokens: int = 0, engine: str = "0") -> None:
+    def __init__(self, model_name: str, draft_tokens: int = 0, engine: str = "0") -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.labels = {"engine": engine, "model_name": model_name}
-        self.num_draft_tokens = num_draft_tokens
+        self.draft_tokens = draft_tokens  # per step; the counter of tokens drafted is `drafted_tokens`
         self._lock = threading.Lock()
         names = ["engine", "model_name"]
         reg = self.registry
@@ -37,7 +37,7 @@ class EngineMetrics:
         self.drafts = Counter(
             "lmdeploy:spec_decode_num_drafts", "Number of speculative decoding drafts.", names, registry=reg
         )
-        self.draft_tokens = Counter(
+        self.drafted_tokens = Counter(
             "lmdeploy:spec_decode_num_draft_tokens",
             "Number of speculative decoding draft tokens.",
             names,
@@ -113,18 +113,18 @@ class EngineMetrics:
             registry=reg,
         )
         # Make every series visible from the start, at 0, as LMDeploy does.
-        for c in (self.prompt_tokens, self.generation_tokens, self.drafts, self.draft_tokens,
+        for c in (self.prompt_tokens, self.generation_tokens, self.drafts, self.drafted_tokens,
                   self.accepted_tokens, self.mean_accept_rate, self.mean_accept_length, self.ttft, self.e2e,
                   self.decode_time, self.requests_waiting, self.requests_running):  # fmt: skip
             c.labels(**self.labels)
         self.request_success.labels(**self.labels, finished_reason="ResponseType.FINISH")
-        for i in range(num_draft_tokens):
+        for i in range(draft_tokens):
             self.accepted_per_pos.labels(**self.labels, position=str(i))
             self.per_position_accept_rate.labels(**self.labels, position=str(i))
         self._n_drafts = 0
         self._n_draft_tokens = 0
         self._n_accepted = 0
-        self._per_pos: list[int] = [0] * num_draft_tokens
+        self._per_pos: list[int] = [0] * draft_tokens
 
     def add_prompt_tokens(self, n: int) -> None:
         self.prompt_tokens.labels(**self.labels).inc(n)
@@ -149,7 +149,7 @@ class EngineMetrics:
             for i in range(accepted):
                 self._per_pos[i] += 1
             self.drafts.labels(**self.labels).inc()
-            self.draft_tokens.labels(**self.labels).inc(drafted)
+            self.drafted_tokens.labels(**self.labels).inc(drafted)
             self.accepted_tokens.labels(**self.labels).inc(accepted)
             for i in range(accepted):
                 self.accepted_per_pos.labels(**self.labels, position=str(i)).inc()

@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from specq.pipeline.bench import BenchRequest
 from specq.pipeline.bench.client import RequestSpec, per_token_latencies, run_requests
 from specq.pipeline.bench.runner import run_bench
 from specq.pipeline.bench.synthetic import SyntheticEngine, plan_chunks, start_server, stop_server
@@ -36,12 +37,12 @@ def config(tmp_path, **bench) -> SpecqConfig:
     return cfg
 
 
-def jit_factory(cfg, run_dir, progress):
-    return SyntheticEngine(cfg, run_dir, progress, "--step-s", str(STEP), "--ttft-s", str(TTFT), *JIT)
+def jit_factory(request, run_dir, progress):
+    return SyntheticEngine(request, run_dir, progress, "--step-s", str(STEP), "--ttft-s", str(TTFT), *JIT)
 
 
-def warm_factory(cfg, run_dir, progress):
-    return SyntheticEngine(cfg, run_dir, progress, "--step-s", str(STEP), "--ttft-s", str(TTFT))
+def warm_factory(request, run_dir, progress):
+    return SyntheticEngine(request, run_dir, progress, "--step-s", str(STEP), "--ttft-s", str(TTFT))
 
 
 def schedule_e2e(k: int) -> float:
@@ -53,14 +54,16 @@ def schedule_e2e(k: int) -> float:
 def warm_speedup(tmp_path_factory) -> float:
     """The speedup of the same schedule on a server that never compiles: what the headline must converge to
     (the schedule's own ratio less the client's per-request overhead: a new connection, the SSE tail)."""
-    report = run_bench(config(tmp_path_factory.mktemp("warm")), engine_factory=warm_factory)
+    report = run_bench(
+        BenchRequest.from_config(config(tmp_path_factory.mktemp("warm"))), engine_factory=warm_factory
+    )
     speedup = report.runs[1].speedup
     assert speedup is not None and speedup == pytest.approx(schedule_e2e(0) / schedule_e2e(4), rel=0.25)
     return speedup
 
 
 def test_jit_engine_warmed_to_steady_state_gives_the_warm_speedup(tmp_path, warm_speedup):
-    report = run_bench(config(tmp_path), engine_factory=jit_factory)
+    report = run_bench(BenchRequest.from_config(config(tmp_path)), engine_factory=jit_factory)
     base, spec = report.runs
     for run in (base, spec):
         w = run.warmup
@@ -94,7 +97,7 @@ def test_jit_engine_warmed_to_steady_state_gives_the_warm_speedup(tmp_path, warm
 def test_old_single_warmup_request_is_flagged_and_the_headline_says_so(tmp_path, warm_speedup):
     # what `--warmup 1` did before: one request, no steady-state check, one trial
     cfg = config(tmp_path, warmup=1, warmup_passes=1, trials=1)
-    report = run_bench(cfg, engine_factory=jit_factory)
+    report = run_bench(BenchRequest.from_config(cfg), engine_factory=jit_factory)
     base, spec = report.runs
     assert spec.speedup is not None and abs(spec.speedup / warm_speedup - 1) > 0.15  # contaminated
     for run in (base, spec):
@@ -115,7 +118,7 @@ def test_an_engine_that_never_settles_is_marked_unsteady(tmp_path):
                              "--jit-s", "0.1")  # fmt: skip
     try:
         cfg = config(tmp_path, url=url, draft_tokens=None, requests=4, warmup_passes=3)
-        report = run_bench(cfg)
+        report = run_bench(BenchRequest.from_config(cfg))
     finally:
         stop_server(proc)
     run = report.runs[0]

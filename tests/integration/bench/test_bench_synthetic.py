@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from specq.pipeline.bench import BenchRequest
 from specq.pipeline.bench.runner import run_bench
 from specq.pipeline.bench.synthetic import SyntheticEngine, plan_chunks, start_server, stop_server
 from specq.pipeline.config.models import SpecqConfig
@@ -36,12 +37,12 @@ def config(tmp_path, **bench) -> SpecqConfig:
 
 
 def factory(per_k: dict[int, list[str]] | None = None, fail_start: set[int] | None = None):
-    def make(cfg, run_dir, progress):
-        k = cfg.model.num_draft_tokens
+    def make(request, run_dir, progress):
+        k = request.draft_tokens
         if fail_start and k in fail_start:
             raise ProcessFailed(f"engine for k={k} refused to start (test)")
         extra = ["--step-s", "0.001", "--ttft-s", "0.003", *(per_k or {}).get(k, [])]
-        return SyntheticEngine(cfg, run_dir, progress, *extra)
+        return SyntheticEngine(request, run_dir, progress, *extra)
 
     return make
 
@@ -55,7 +56,7 @@ def expected_acceptance(k: int, requests: int) -> tuple[float, float, list[float
 
 
 def test_sweep_with_baseline(tmp_path):
-    report = run_bench(config(tmp_path), engine_factory=factory())
+    report = run_bench(BenchRequest.from_config(config(tmp_path)), engine_factory=factory())
     assert [r.label for r in report.runs] == ["baseline", "k=3", "k=4"]
     assert all(r.status == "ok" for r in report.runs), [r.reason for r in report.runs]
     assert report.complete and report.runs[0].baseline and report.runs[0].acceptance is None
@@ -96,7 +97,7 @@ def test_faults_stay_local_to_their_run(tmp_path):
     per_k = {2: ["--fail-every", "2"], 3: ["--die-after", "2"]}
     # k=3's server dies and k=4's never starts: the sweep goes on, then exits 5 naming the first of them
     with pytest.raises(ProcessFailed, match=r"run k=3@c1 measured nothing: .*and 1 more"):
-        run_bench(cfg, engine_factory=factory(per_k, fail_start={4}))
+        run_bench(BenchRequest.from_config(cfg), engine_factory=factory(per_k, fail_start={4}))
     report = BenchReport.load(tmp_path / "out" / "report.json")
     by = {r.label: r for r in report.runs}
     assert by["baseline"].status == "ok"
@@ -111,7 +112,10 @@ def test_faults_stay_local_to_their_run(tmp_path):
 
 def test_no_server_starting_is_an_error_not_a_result(tmp_path):
     with pytest.raises(ProcessFailed, match="refused to start"):
-        run_bench(config(tmp_path, draft_tokens=[3]), engine_factory=factory(fail_start={0, 3}))
+        run_bench(
+            BenchRequest.from_config(config(tmp_path, draft_tokens=[3])),
+            engine_factory=factory(fail_start={0, 3}),
+        )
     report = BenchReport.load(tmp_path / "out" / "report.json")
     assert [r.status for r in report.runs] == ["server-failed", "server-failed"]
     assert not report.complete  # it used to say complete: true
@@ -123,7 +127,7 @@ def test_ctrl_c_writes_a_partial_report(tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_bench(config(tmp_path), engine_factory=factory(), progress=progress)
+        run_bench(BenchRequest.from_config(config(tmp_path)), engine_factory=factory(), progress=progress)
     partial = BenchReport.load(tmp_path / "out" / "report.json")
     assert not partial.complete and [r.label for r in partial.runs] == ["baseline", "k=3"]
 
@@ -227,7 +231,7 @@ def test_completion_mode_and_prompts_file(synthetic_url, tmp_path):
     cfg = config(
         tmp_path, url=synthetic_url, mode="completion", prompts=str(prompts), suite=None, requests=2, warmup=0
     )
-    report = run_bench(cfg)
+    report = run_bench(BenchRequest.from_config(cfg))
     run = report.runs[0]
     assert (
         run.status == "ok"

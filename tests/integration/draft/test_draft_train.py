@@ -39,7 +39,7 @@ def test_drafter_learns_to_predict_the_target(drafter) -> None:
 def test_checkpoint_follows_the_lmdeploy_contract(drafter) -> None:
     pair, out, report = drafter
     draft, target = Checkpoint(out), Checkpoint(pair.target)
-    assert contract.check_drafter(draft, target, num_draft_tokens=7) == []
+    assert contract.check_drafter(draft, target, draft_tokens=7) == []
     assert set(draft.tensors) == set(contract.expected_tensors(draft.config))
     assert tuple(draft.config) == contract.CONFIG_FIELDS + contract.DTYPE_FIELDS
     assert draft.torch_dtype == "float32"

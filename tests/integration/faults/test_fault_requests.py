@@ -13,6 +13,7 @@ import threading
 import httpx
 import pytest
 
+from specq.pipeline.bench import BenchRequest
 from specq.pipeline.bench.runner import run_bench
 from specq.pipeline.bench.synthetic import SyntheticEngine
 from specq.pipeline.config.models import SpecqConfig
@@ -87,7 +88,7 @@ def test_sweep_survives_a_server_killed_mid_run(tmp_path):
 
     def factory(c, run_dir, progress):
         engine = SyntheticEngine(c, run_dir, progress, "--step-s", "0.02", "--ttft-s", "0.01")
-        if c.model.num_draft_tokens == 3:
+        if c.draft_tokens == 3:
             start = engine.start
 
             def start_then_kill() -> None:
@@ -99,7 +100,7 @@ def test_sweep_survives_a_server_killed_mid_run(tmp_path):
 
     # A run that measured nothing fails the benchmark (exit 5), after the whole report is written.
     with pytest.raises(ProcessFailed, match="k=3@c1 measured nothing: the server died"):
-        run_bench(cfg, engine_factory=factory)
+        run_bench(BenchRequest.from_config(cfg), engine_factory=factory)
     saved = json.loads((tmp_path / "out" / "report.json").read_text())
     by = {r["label"]: r for r in saved["runs"]}
     assert by["k=3"]["status"] == "server-failed" and "died" in (by["k=3"]["reason"] or "")

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from specq.pipeline.config.models import SpecqConfig
-from specq.pipeline.serve import create_engine
+from specq.pipeline.serve import ServeRequest, create_engine
 from specq.pipeline.serve.process import group_alive, pid_alive
 
 pytestmark = pytest.mark.integration
@@ -45,7 +45,7 @@ def server(toy_pair, tmp_path_factory: pytest.TempPathFactory):
             "engine": {"engine": "embedded", "device": "cpu", "max_queue": 2, "ready_timeout_s": 180},
         }
     )  # fmt: skip
-    engine = create_engine(cfg, tmp_path_factory.mktemp("run"))
+    engine = create_engine(ServeRequest.from_config(cfg), tmp_path_factory.mktemp("run"))
     engine.start()
     try:
         engine.wait_ready()

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from specq.pipeline.bench import BenchRequest
 from specq.pipeline.bench.analysis import consistency, edge_note, speedup_range, spread, step_cost
 from specq.pipeline.bench.runner import default_draft_tokens, dflash_block_size, draft_token_values
 from specq.pipeline.config.models import SpecqConfig
@@ -80,9 +81,13 @@ def test_default_k_values_reach_a_dflash_drafters_block_size(tmp_path):
     }))  # fmt: skip
     cfg = SpecqConfig()
     cfg.model.draft_model_path = str(draft)
-    assert dflash_block_size(cfg) == 16 and draft_token_values(cfg) == [3, 4, 5, 6, 7, 11, 15]
+    assert dflash_block_size(BenchRequest.from_config(cfg)) == 16 and draft_token_values(
+        BenchRequest.from_config(cfg)
+    ) == [3, 4, 5, 6, 7, 11, 15]
     cfg.bench.draft_tokens = [3, 4, 5, 6]  # --draft-tokens 3..6 is kept as asked
-    assert draft_token_values(cfg) == [3, 4, 5, 6]
+    assert draft_token_values(BenchRequest.from_config(cfg)) == [3, 4, 5, 6]
     cfg.bench.draft_tokens = None
     cfg.speculative.method = "eagle3"  # another method keeps today's default
-    assert dflash_block_size(cfg) is None and draft_token_values(cfg) == [3, 4, 5, 6]
+    assert dflash_block_size(BenchRequest.from_config(cfg)) is None and draft_token_values(
+        BenchRequest.from_config(cfg)
+    ) == [3, 4, 5, 6]

@@ -37,7 +37,7 @@ def test_presets_are_packaged_and_valid() -> None:
 
 def test_reference_preset_values() -> None:
     cfg = resolve_config("rtx3090-qwen3.5-27b-awq-dflash")
-    assert cfg.model.num_draft_tokens == 5
+    assert cfg.model.draft_tokens == 5
     assert cfg.speculative.method == "dflash"
     assert cfg.engine.session_len == 8192
     assert cfg.plan.gpu_memory == "24GiB"
@@ -49,7 +49,7 @@ def test_tutorial_ini_is_expressible(tmp_path: Path) -> None:
     cfg = resolve_config(f)
     assert cfg.model.model_path == "./workspace_27b"
     assert cfg.model.draft_model_path == "./workspace_7b"
-    assert cfg.model.num_draft_tokens == 5
+    assert cfg.model.draft_tokens == 5
     assert cfg.engine.max_batch_size == 4
     assert cfg.engine.cache_max_entry_count == 0.8
     assert cfg.engine.enable_prefix_caching is True

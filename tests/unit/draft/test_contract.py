@@ -118,10 +118,10 @@ def test_unknown_and_missing_tensors(tmp_path: Path) -> None:
 
 def test_draft_tokens_must_fit_the_block(tmp_path: Path) -> None:
     draft = _write(tmp_path / "d", _config())
-    assert contract.check_drafter(draft, num_draft_tokens=7) == []
-    assert "block_size" in contract.check_drafter(draft, num_draft_tokens=8)[0]
+    assert contract.check_drafter(draft, draft_tokens=7) == []
+    assert "block_size" in contract.check_drafter(draft, draft_tokens=8)[0]
     with pytest.raises(InputError, match="block_size"):
-        contract.validate_drafter(draft, num_draft_tokens=8)
+        contract.validate_drafter(draft, draft_tokens=8)
 
 
 def test_default_layers_follow_lmdeploy() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from specq.pipeline.config.models import SpecqConfig
 from specq.pipeline.errors import UsageError
-from specq.pipeline.serve import create_engine
+from specq.pipeline.serve import ServeRequest, create_engine
 
 PORT = 23333
 
@@ -20,7 +20,7 @@ def engine_for(tmp_path: Path, target: Path, engine: dict[str, Any] | None = Non
     cfg = SpecqConfig.model_validate(
         {"model": model_section, "engine": {"engine": "lmdeploy", "port": PORT, **(engine or {})}, **kw}
     )
-    return create_engine(cfg, tmp_path / "run")
+    return create_engine(ServeRequest.from_config(cfg), tmp_path / "run")
 
 
 def head(model: Path, backend: str) -> list[str]:
@@ -145,7 +145,7 @@ def test_reference_preset_command(tmp_path: Path, ckpts: dict[str, Path]) -> Non
         flags={"model": {"model_path": str(ckpts["awq"]), "draft_model_path": str(ckpts["dflash"])},
                "engine": {"port": PORT}},
     )  # fmt: skip
-    cmd = create_engine(cfg, tmp_path).command()
+    cmd = create_engine(ServeRequest.from_config(cfg), tmp_path).command()
     flags = " ".join(cmd[cmd.index("--backend") :])
     assert flags.startswith("--backend pytorch")
     for part in ("--dtype float16", "--session-len 8192", "--cache-max-entry-count 0.54",
@@ -158,7 +158,7 @@ def test_free_port_when_none_given(tmp_path: Path, ckpts: dict[str, Path]) -> No
     cfg = SpecqConfig.model_validate(
         {"model": {"model_path": str(ckpts["target"])}, "engine": {"engine": "lmdeploy"}}
     )
-    e = create_engine(cfg, tmp_path)
+    e = create_engine(ServeRequest.from_config(cfg), tmp_path)
     port = int(e.command()[e.command().index("--server-port") + 1])
     assert 1024 <= port <= 65535
     assert e.base_url.endswith(f":{port}")
@@ -179,7 +179,7 @@ def test_awq_target_with_bf16_drafter_uses_fp16_copy(
             "engine": {"engine": "lmdeploy", "port": PORT},
         }
     )
-    e = create_engine(cfg, tmp_path / "run", notes.append)
+    e = create_engine(ServeRequest.from_config(cfg), tmp_path / "run", notes.append)
     draft_arg = Path(e.command()[e.command().index("--speculative-draft-model") + 1])
     assert draft_arg != ckpts["dflash"]
     assert draft_arg.parent == tmp_path / "cache" / "fp16-drafters"
@@ -200,7 +200,7 @@ def test_awq_bf16_drafter_cast_at_launch(tmp_path: Path, ckpts: dict[str, Path],
             "engine": {"engine": "lmdeploy", "port": PORT},
         }
     )
-    spec = resolve_spec(cfg)
+    spec = resolve_spec(ServeRequest.from_config(cfg))
     write_fp16_copy(spec)
     assert spec.draft_fp16 is not None and (spec.draft_fp16 / "config.json").is_file()
 

@@ -10,7 +10,7 @@ import pytest
 from specq.pipeline import hardware
 from specq.pipeline.errors import EnvironmentMissing
 from specq.pipeline.hardware import GpuInfo
-from specq.pipeline.serve import preflight
+from specq.pipeline.serve import ServeRequest, preflight
 
 from .conftest import write_ckpt
 
@@ -92,7 +92,7 @@ def test_fa3_missing_names_the_models_in_hand(machine, ckpts) -> None:
     machine["fa3"] = "ModuleNotFoundError: No module named 'flash_attn_interface'"
     cfg = _serve_cfg(ckpts["target"], ckpts["target"])
     with pytest.raises(EnvironmentMissing) as e:
-        preflight.require_lmdeploy("pytorch", True, cfg=cfg)
+        preflight.require_lmdeploy("pytorch", True, request=ServeRequest.from_config(cfg))
     assert f"specq fa3 build --source FLASH_ATTENTION_DIR {ckpts['target']} {ckpts['target']}`" in str(
         e.value
     )
@@ -109,13 +109,17 @@ def test_installed_fa3_without_the_head_dim_refuses_before_launch(
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     q35 = write_config(tmp_path / "q35", QWEN35_27B)
     with pytest.raises(EnvironmentMissing, match=r"lacks head dim 256 \(q35\)") as e:
-        preflight.require_lmdeploy("pytorch", True, cfg=_serve_cfg(q35))
+        preflight.require_lmdeploy("pytorch", True, request=ServeRequest.from_config(_serve_cfg(q35)))
     assert e.value.exit_code == 4 and "\n" not in str(e.value)
     assert str(e.value).endswith(f"`specq fa3 build --source FLASH_ATTENTION_DIR {q35}`")
     with pytest.raises(EnvironmentMissing, match="lacks head dim 256"):  # plain decoding uses FA3 as well
-        preflight.require_lmdeploy("pytorch", False, cfg=_serve_cfg(q35))
-    preflight.require_lmdeploy("turbomind", False, cfg=_serve_cfg(q35))  # TurboMind does not use FA3
-    preflight.require_lmdeploy("pytorch", True, cfg=_serve_cfg(ckpts["target"]))  # head dim 64: covered
+        preflight.require_lmdeploy("pytorch", False, request=ServeRequest.from_config(_serve_cfg(q35)))
+    preflight.require_lmdeploy(
+        "turbomind", False, request=ServeRequest.from_config(_serve_cfg(q35))
+    )  # TurboMind does not use FA3
+    preflight.require_lmdeploy(
+        "pytorch", True, request=ServeRequest.from_config(_serve_cfg(ckpts["target"]))
+    )  # head dim 64: covered
 
 
 def test_installed_fa3_without_fp16_refuses_an_fp16_engine(machine, ckpts, tmp_path, monkeypatch) -> None:
@@ -124,7 +128,9 @@ def test_installed_fa3_without_fp16_refuses_an_fp16_engine(machine, ckpts, tmp_p
     write_fa3_config(tmp_path / "site", README_BUILD | {"FP16"})
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     with pytest.raises(EnvironmentMissing, match=r"lacks fp16 .*--dtype fp16`$"):
-        preflight.require_lmdeploy("pytorch", True, cfg=_serve_cfg(ckpts["target"], dtype="float16"))
+        preflight.require_lmdeploy(
+            "pytorch", True, request=ServeRequest.from_config(_serve_cfg(ckpts["target"], dtype="float16"))
+        )
     assert preflight.lmdeploy_problems("pytorch", True, [str(ckpts["target"])]) == []  # bf16 checkpoint
 
 
@@ -141,7 +147,7 @@ def test_vram_plan_that_does_not_fit(machine, ckpts) -> None:
         tensors={"model.embed_tokens.weight": ("BF16", [65536, 1024])},
     )
     cfg = SpecqConfig.model_validate({"model": {"model_path": str(big)}, "plan": {"gpu_memory": "64MiB"}})
-    problem = preflight.vram_problem(cfg)
+    problem = preflight.vram_problem(ServeRequest.from_config(cfg))
     assert problem is not None and problem.startswith("VRAM plan:")
     with pytest.raises(EnvironmentMissing, match="VRAM plan"):
-        preflight.require_lmdeploy("pytorch", False, cfg=cfg)
+        preflight.require_lmdeploy("pytorch", False, request=ServeRequest.from_config(cfg))
