@@ -234,35 +234,14 @@ def load_calibration(
         raise InputError(f"calibration source {source}: no non-empty texts in field '{text_field}'")
     random.Random(seed).shuffle(texts)
     progress(f"calibration: read {len(texts)} texts from {source}; tokenizing")
-    eos = tokenizer.eos_token_id
-    stream: list[int] = []
-    # Tokenize in batches and stop once calibration and held-out samples are covered: a large source is
-    # read, not tokenized, in full.
-    need = (samples + heldout_samples) * seqlen
-    read = 0
-    while read < len(texts) and len(stream) < need:
-        batch = texts[read : read + TOKENIZE_BATCH]
-        read += len(batch)
-        for ids in tokenizer(batch, add_special_tokens=False, verbose=False)["input_ids"]:
-            stream.extend(ids)
-            if eos is not None:
-                stream.append(int(eos))
+    stream, read = _token_stream(texts, tokenizer, need=(samples + heldout_samples) * seqlen)
     if len(stream) < seqlen:
         raise InputError(
             f"calibration source {source}: only {len(stream)} tokens, fewer than one sample of --seqlen "
             f"{seqlen}; add data or lower --seqlen"
         )
-    chunks = [stream[i : i + seqlen] for i in range(0, len(stream), seqlen)]
-    full = len(stream) // seqlen
+    calib, held = _pack(stream, seqlen, samples, heldout_samples)
     notes: list[str] = []
-    # Hold out whole chunks for evaluation; never more than a tenth of a source that cannot fill both.
-    spare = max(0, full - samples)
-    n_held = min(heldout_samples, spare) if spare else min(heldout_samples, full // 10)
-    held = chunks[full - n_held : full] if n_held else []
-    calib_pool = chunks[: full - n_held]
-    if len(stream) % seqlen and full - n_held < samples:
-        calib_pool.append(chunks[-1])  # the short tail is used rather than dropped
-    calib = calib_pool[:samples]
     if len(calib) < samples:
         notes.append(
             f"the source gives {len(calib)} samples of {seqlen} tokens, fewer than the {samples} requested"
@@ -291,6 +270,38 @@ def load_calibration(
         notes=notes,
     )
     return Calibration(samples=calib, heldout=held, report=report, texts=texts)
+
+
+def _token_stream(texts: list[str], tokenizer: Any, need: int) -> tuple[list[int], int]:
+    """The texts' tokens joined by EOS, tokenized in batches until `need` tokens are there (a large source
+    is read, not tokenized, in full): (tokens, texts read)."""
+    eos = tokenizer.eos_token_id
+    stream: list[int] = []
+    read = 0
+    while read < len(texts) and len(stream) < need:
+        batch = texts[read : read + TOKENIZE_BATCH]
+        read += len(batch)
+        for ids in tokenizer(batch, add_special_tokens=False, verbose=False)["input_ids"]:
+            stream.extend(ids)
+            if eos is not None:
+                stream.append(int(eos))
+    return stream, read
+
+
+def _pack(
+    stream: list[int], seqlen: int, samples: int, heldout_samples: int
+) -> tuple[list[list[int]], list[list[int]]]:
+    """Cut the stream into `seqlen` chunks: (calibration samples, held-out samples). Whole chunks are held
+    out, never more than a tenth of a source that cannot fill both."""
+    chunks = [stream[i : i + seqlen] for i in range(0, len(stream), seqlen)]
+    full = len(stream) // seqlen
+    spare = max(0, full - samples)
+    n_held = min(heldout_samples, spare) if spare else min(heldout_samples, full // 10)
+    held = chunks[full - n_held : full] if n_held else []
+    calib_pool = chunks[: full - n_held]
+    if len(stream) % seqlen and full - n_held < samples:
+        calib_pool.append(chunks[-1])  # the short tail is used rather than dropped
+    return calib_pool[:samples], held
 
 
 def load_tokenizer(model: Path) -> Any:

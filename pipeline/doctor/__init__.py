@@ -44,6 +44,20 @@ def _mem_bytes() -> int | None:
 
 
 def run_doctor(path: str = ".") -> DoctorReport:
+    gpus = hardware.list_gpus()
+    coverage = installed_coverage()
+    checks = [
+        *_system_checks(path),
+        *_torch_checks(gpus),
+        *_lmdeploy_checks(),
+        _fa3_check(coverage),
+        *_quant_checks(),
+    ]
+    return DoctorReport(checks=checks, gpus=gpus, fa3=coverage)
+
+
+def _system_checks(path: str) -> list[Check]:
+    """Python, platform, CPUs, memory and free disk at `path`."""
     checks: list[Check] = []
     add = checks.append
     py = sys.version_info
@@ -76,7 +90,13 @@ def run_doctor(path: str = ".") -> DoctorReport:
             fix=None if free >= 10 * 2**30 else "free disk space: checkpoints take GBs",
         )
     )
+    return checks
 
+
+def _torch_checks(gpus: list[hardware.GpuInfo]) -> list[Check]:
+    """torch and whether it sees CUDA, then one line per NVIDIA GPU (or a warning that there is none)."""
+    checks: list[Check] = []
+    add = checks.append
     torch_v = hardware.package_version("torch")
     if torch_v is None:
         add(
@@ -91,7 +111,6 @@ def run_doctor(path: str = ".") -> DoctorReport:
         cuda = hardware.cuda_usable()
         add(Check(name="torch", status="ok", detail=f"{torch_v}, CUDA {'usable' if cuda else 'not usable'}"))
 
-    gpus = hardware.list_gpus()
     if not gpus:
         add(
             Check(
@@ -111,7 +130,13 @@ def run_doctor(path: str = ".") -> DoctorReport:
                 f"sm {g.compute_capability}{bw}",
             )
         )
+    return checks
 
+
+def _lmdeploy_checks() -> list[Check]:
+    """lmdeploy's version and, when it is installed, whether its two engines import."""
+    checks: list[Check] = []
+    add = checks.append
     lmd = hardware.lmdeploy_version()
     if lmd is None:
         add(
@@ -152,8 +177,12 @@ def run_doctor(path: str = ".") -> DoctorReport:
                 fix=None if pt is None else "reinstall lmdeploy with a matching torch (<= 2.12.1)",
             )
         )
+    return checks
+
+
+def _fa3_check(coverage: Fa3Coverage | None) -> Check:
+    """FlashAttention-3, which LMDeploy's speculative decoding needs on CUDA, and what it was built for."""
     fa3_reason = hardware.flash_attention_3()
-    coverage = installed_coverage()
     covers = f"; covers {coverage.summary()}" if coverage else ""
     if fa3_reason is None:
         fa3_check = Check(
@@ -169,7 +198,13 @@ def run_doctor(path: str = ".") -> DoctorReport:
             + build_command(["MODEL", "DRAFT"], coverage.source if coverage else None)
             + " (see docs/fa3.md)",
         )
-    add(fa3_check)
+    return fa3_check
+
+
+def _quant_checks() -> list[Check]:
+    """One line per quantization backend."""
+    checks: list[Check] = []
+    add = checks.append
     from ..quantize.backends import BACKENDS  # the quantize stage's own registry: one list of backends
 
     for b in BACKENDS.values():
@@ -182,7 +217,7 @@ def run_doctor(path: str = ".") -> DoctorReport:
                 fix=None if present else b.install_hint,
             )
         )
-    return DoctorReport(checks=checks, gpus=gpus, fa3=coverage)
+    return checks
 
 
 def doctor_text(report: DoctorReport, width: int = 100) -> str:

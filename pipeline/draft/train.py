@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..checkpoint import Checkpoint, validate_checkpoint
 from ..config.models import DraftSection
@@ -18,6 +19,9 @@ from ..hardware import cpu_threads, package_version, pick_device
 from ..progress import Progress, null_progress
 from . import contract, export
 from .reports import REPORT_NAME, DraftTrainReport
+
+if TYPE_CHECKING:
+    from .data import Target, Texts
 
 
 def check_target(target: Checkpoint, cfg: DraftSection) -> list[int]:
@@ -66,6 +70,42 @@ def train_drafter(
 
 
 def _train(target_path: Path, out: Path, cfg: DraftSection, progress: Progress) -> DraftTrainReport:
+    prep = _prepare(target_path, out, cfg, progress)
+    fit = _fit(prep, cfg, progress)
+    return _evaluate_and_export(prep, fit, cfg, out, progress)
+
+
+@dataclass
+class _Prepared:
+    """Everything the loop and the export share: the target with its features on the training sequences,
+    and the untrained drafter with its exported config."""
+
+    target_ckpt: Checkpoint
+    target: Target
+    texts: Texts
+    layer_ids: list[int]
+    device: str
+    dtype: str
+    tokens: Any  # [N, T] token ids
+    start: int  # first anchor position (past the prompt when self-distilled)
+    feats: Any  # target hidden states at `layer_ids`
+    greedy: Any  # the target's greedy next token at each position
+    mask_id: int
+    config: dict[str, Any]
+    drafter: Any
+    started: float  # perf_counter() at the call
+    prepare_seconds: float = 0.0
+
+
+class _Fit(NamedTuple):
+    final_loss: float
+    curve: list[tuple[int, float]]
+    trained_tokens: int
+    seconds: float
+
+
+def _prepare(target_path: Path, out: Path, cfg: DraftSection, progress: Progress) -> _Prepared:
+    """Check the target and the output, build the sequences and their target features, init the drafter."""
     t_start = time.perf_counter()
     target_ckpt = Checkpoint(target_path)
     layer_ids = check_target(target_ckpt, cfg)
@@ -80,8 +120,7 @@ def _train(target_path: Path, out: Path, cfg: DraftSection, progress: Progress) 
     except ImportError:
         raise missing_package("torch", "ml") from None
     from .data import Target, load_texts, pick_mask_token_id
-    from .eval import acceptance, prepare_eval, summarize
-    from .model import DFlashDrafter, DrafterShape, accepted_prefix, draft_logits, init_weights, slot_labels
+    from .model import DFlashDrafter, DrafterShape, init_weights
 
     torch.manual_seed(cfg.seed)
     bs = cfg.block_size
@@ -119,17 +158,23 @@ def _train(target_path: Path, out: Path, cfg: DraftSection, progress: Progress) 
     drafter = DFlashDrafter(shape)
     init_weights(drafter, cfg.seed)
     drafter.to(device)
-    prepare_s = time.perf_counter() - t_start
+    return _Prepared(
+        target_ckpt, target, texts, layer_ids, device, dtype, tokens, start, feats, greedy, mask_id, config,
+        drafter, started=t_start, prepare_seconds=time.perf_counter() - t_start,
+    )  # fmt: skip
 
-    opt = torch.optim.AdamW(drafter.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.95))
-    warm = max(1, cfg.steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt,
-        lambda s: (
-            min(1.0, (s + 1) / warm)
-            * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / cfg.steps)))
-        ),
-    )
+
+def _fit(prep: _Prepared, cfg: DraftSection, progress: Progress) -> _Fit:
+    """The training loop: each step a batch of sequences, `anchors` random query blocks in each, loss on
+    slots 1..B−1 weighted exp(−(k − 1)/γ)."""
+    import torch
+
+    from .model import accepted_prefix, draft_logits, slot_labels
+
+    drafter, target, tokens, device = prep.drafter, prep.target, prep.tokens, prep.device
+    bs, start = cfg.block_size, prep.start
+    n, t = tokens.shape
+    opt, sched = _optimizer(drafter, cfg)
     weights = torch.exp(-torch.arange(bs - 1, dtype=torch.float32) / cfg.gamma).to(device)
     gen = torch.Generator().manual_seed(cfg.seed)
     valid = t - bs + 2 - start  # anchors p in [start, t − B + 1]
@@ -153,13 +198,13 @@ def _train(target_path: Path, out: Path, cfg: DraftSection, progress: Progress) 
             drafter,
             target.embed,
             target.lm_head,
-            feats[rows].to(device),
+            prep.feats[rows].to(device),
             tokens[rows].to(device),
             anchors.to(device),
             bs,
-            mask_id,
+            prep.mask_id,
         )
-        labels = slot_labels(greedy[rows], anchors, bs).to(device)
+        labels = slot_labels(prep.greedy[rows], anchors, bs).to(device)
         ce = torch.nn.functional.cross_entropy(
             logits.flatten(0, 2).float(), labels.flatten(), reduction="none"
         )
@@ -179,16 +224,44 @@ def _train(target_path: Path, out: Path, cfg: DraftSection, progress: Progress) 
                 f"step {step}/{cfg.steps}  loss {ema:.3f}  τ≈{acc_ema:.2f} (training blocks)  "
                 f"{time.perf_counter() - t_train:.0f}s"
             )
-    train_s = time.perf_counter() - t_train
+    return _Fit(loss_val, curve, cfg.steps * batch * per_seq * bs, time.perf_counter() - t_train)
 
+
+def _optimizer(drafter: Any, cfg: DraftSection) -> tuple[Any, Any]:
+    """AdamW with a linear warm-up over the first 5% of steps, then a cosine decay to 10% of `lr`."""
+    import torch
+
+    opt = torch.optim.AdamW(drafter.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    warm = max(1, cfg.steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        lambda s: (
+            min(1.0, (s + 1) / warm)
+            * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / cfg.steps)))
+        ),
+    )
+    return opt, sched
+
+
+def _evaluate_and_export(
+    prep: _Prepared, fit: _Fit, cfg: DraftSection, out: Path, progress: Progress
+) -> DraftTrainReport:
+    """Offline acceptance on held-out text, then the checkpoint, its report and config, written atomically."""
+    import torch
+
+    from .eval import acceptance, prepare_eval, summarize
+
+    bs = cfg.block_size
     progress(f"offline acceptance on {cfg.eval_prompts} held-out prompts")
     t_eval = time.perf_counter()
-    data = prepare_eval(target, texts.heldout, cfg, layer_ids, bs)
-    acc, n_anchors, lengths = acceptance(drafter, target, data, bs, mask_id)
-    state = {k: v for k, v in drafter.state_dict().items()}
+    data = prepare_eval(prep.target, prep.texts.heldout, cfg, prep.layer_ids, bs)
+    acc, n_anchors, lengths = acceptance(prep.drafter, prep.target, data, bs, prep.mask_id)
+    state = {k: v for k, v in prep.drafter.state_dict().items()}
+    target_path = prep.target_ckpt.path
+    n, t = prep.tokens.shape
     with atomic_dir(out) as tmp:
-        export.write_checkpoint(tmp, config, state, dtype)
-        checked = contract.validate_drafter(Checkpoint(tmp), target_ckpt)
+        export.write_checkpoint(tmp, prep.config, state, prep.dtype)
+        checked = contract.validate_drafter(Checkpoint(tmp), prep.target_ckpt)
         ev = summarize(
             acc,
             target=str(target_path),
@@ -204,23 +277,23 @@ def _train(target_path: Path, out: Path, cfg: DraftSection, progress: Progress) 
             target=str(target_path),
             out=str(out),
             versions={p: package_version(p) for p in ("specq", "torch", "transformers", "lmdeploy")},
-            device=device,
+            device=prep.device,
             threads=torch.get_num_threads(),
-            dtype=dtype,
+            dtype=prep.dtype,
             config=cfg.model_dump(mode="json"),
-            target_layer_ids=layer_ids,
-            mask_token_id=mask_id,
+            target_layer_ids=prep.layer_ids,
+            mask_token_id=prep.mask_id,
             block_size=bs,
-            data=texts.source,
+            data=prep.texts.source,
             sequences=n,
             sequence_tokens=t,
             steps=cfg.steps,
-            trained_tokens=cfg.steps * batch * per_seq * bs,
-            prepare_seconds=round(prepare_s, 2),
-            train_seconds=round(train_s, 2),
-            total_seconds=round(time.perf_counter() - t_start, 2),
-            final_loss=round(loss_val, 4),
-            loss_curve=curve,
+            trained_tokens=fit.trained_tokens,
+            prepare_seconds=round(prep.prepare_seconds, 2),
+            train_seconds=round(fit.seconds, 2),
+            total_seconds=round(time.perf_counter() - prep.started, 2),
+            final_loss=round(fit.final_loss, 4),
+            loss_curve=fit.curve,
             eval=ev,
         )
         report.save(tmp / REPORT_NAME)

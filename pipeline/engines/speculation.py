@@ -88,6 +88,28 @@ def check_draft(
             )
         return problems
 
+    problems += _method_problems(method, draft_tokens, engine)
+    if method in DRAFT_METHODS and draft is None:
+        problems.append(f"method '{method}' needs a draft model: pass --draft-model DRAFT")
+        return problems
+    if method in MTP_METHODS or draft is None:
+        return problems
+
+    kind = draft.draft_kind
+    expected = {"dflash": "dflash", "eagle3": "eagle3", "eagle": "eagle", "draft": "model"}[method]
+    if kind != expected:
+        problems.append(f"{draft.path} is a '{kind}' checkpoint, not a {method} drafter; check --method")
+        return problems
+
+    t_vocab, d_vocab = _vocab(target), _vocab(draft)
+    if t_vocab is not None and d_vocab is not None and t_vocab != d_vocab:
+        problems.append(f"vocabulary sizes differ: target {t_vocab}, draft {d_vocab}")
+    return problems + _PAIR_CHECKS[method](target, draft, draft_tokens)
+
+
+def _method_problems(method: str, draft_tokens: int, engine: str) -> list[str]:
+    """The draft-token range, and whether `engine` runs `method` at all."""
+    problems: list[str] = []
     if not 1 <= draft_tokens <= MAX_DRAFT_TOKENS:
         problems.append(
             f"--draft-tokens must be in 1..{MAX_DRAFT_TOKENS} for speculative decoding, got {draft_tokens}"
@@ -102,69 +124,73 @@ def check_draft(
             f"the embedded engine speculates only with a plain draft model (method 'draft'), not '{method}'; "
             "use --engine lmdeploy --backend pytorch"
         )
-    if method in DRAFT_METHODS and draft is None:
-        problems.append(f"method '{method}' needs a draft model: pass --draft-model DRAFT")
-        return problems
-    if method in MTP_METHODS or draft is None:
-        return problems
-
-    kind = draft.draft_kind
-    expected = {"dflash": "dflash", "eagle3": "eagle3", "eagle": "eagle", "draft": "model"}[method]
-    if kind != expected:
-        problems.append(f"{draft.path} is a '{kind}' checkpoint, not a {method} drafter; check --method")
-        return problems
-
-    t_layers, t_hidden, t_vocab = _layers(target), _hidden(target), _vocab(target)
-    d_vocab = _vocab(draft)
-    if t_vocab is not None and d_vocab is not None and t_vocab != d_vocab:
-        problems.append(f"vocabulary sizes differ: target {t_vocab}, draft {d_vocab}")
-
-    if method == "dflash":
-        cfg = draft.config
-        n_target = cfg.get("num_target_layers")
-        if n_target is not None and t_layers is not None and int(n_target) != t_layers:
-            problems.append(
-                f"DFlash drafter was trained for a {n_target}-layer target, "
-                f"but the target has {t_layers} layers"
-            )
-        dcfg = cfg.get("dflash_config") or {}
-        ids = dcfg.get("target_layer_ids")
-        if ids is not None and t_layers is not None:
-            bad = [i for i in ids if not 0 <= int(i) < t_layers]
-            if bad:
-                problems.append(f"DFlash target_layer_ids {bad} out of range for a {t_layers}-layer target")
-            elif list(ids) != sorted(set(ids)):
-                problems.append(f"DFlash target_layer_ids {ids} must be strictly increasing")
-            elif t_layers - 1 in [int(i) for i in ids]:
-                # transformers returns the last layer post-norm, LMDeploy feeds it pre-norm: never use it
-                problems.append(
-                    f"DFlash target_layer_ids {ids} include the target's last layer ({t_layers - 1}),"
-                    " which LMDeploy feeds pre-norm and the drafter was trained on post-norm"
-                )
-        block = dcfg.get("block_size")
-        if block is not None and draft_tokens + 1 > int(block):
-            problems.append(
-                f"DFlash block_size {block} allows at most {int(block) - 1} draft tokens, "
-                f"asked for {draft_tokens}"
-            )
-        d_hidden = cfg.get("target_hidden_size") or _hidden(draft)
-        if t_hidden is not None and d_hidden is not None and int(d_hidden) != t_hidden:
-            problems.append(f"DFlash drafter expects hidden size {d_hidden}, the target has {t_hidden}")
-    elif method in ("eagle3", "eagle"):
-        d_hidden = draft.config.get("target_hidden_size") or _hidden(draft)
-        if t_hidden is not None and d_hidden is not None and int(d_hidden) != t_hidden:
-            problems.append(f"EAGLE drafter hidden size {d_hidden} does not match the target's {t_hidden}")
-    elif method == "draft":
-        tv, dv = tokenizer_vocab(target.path), tokenizer_vocab(draft.path)
-        if tv is None or dv is None:
-            missing = target.path if tv is None else draft.path
-            problems.append(
-                f"{missing}: no tokenizer.json/vocab.json to check that draft and target share a tokenizer"
-            )
-        elif tv != dv:
-            n_diff = len(set(tv.items()) ^ set(dv.items()))
-            problems.append(
-                f"draft and target tokenizers differ ({n_diff} token/id pairs differ); "
-                "a plain draft model must share the target's tokenizer"
-            )
     return problems
+
+
+def _dflash_problems(target: Checkpoint, draft: Checkpoint, draft_tokens: int) -> list[str]:
+    """A DFlash drafter reads the target's hidden states at fixed layers and drafts a block at a time."""
+    problems: list[str] = []
+    t_layers, t_hidden = _layers(target), _hidden(target)
+    cfg = draft.config
+    n_target = cfg.get("num_target_layers")
+    if n_target is not None and t_layers is not None and int(n_target) != t_layers:
+        problems.append(
+            f"DFlash drafter was trained for a {n_target}-layer target, but the target has {t_layers} layers"
+        )
+    dcfg = cfg.get("dflash_config") or {}
+    ids = dcfg.get("target_layer_ids")
+    if ids is not None and t_layers is not None:
+        bad = [i for i in ids if not 0 <= int(i) < t_layers]
+        if bad:
+            problems.append(f"DFlash target_layer_ids {bad} out of range for a {t_layers}-layer target")
+        elif list(ids) != sorted(set(ids)):
+            problems.append(f"DFlash target_layer_ids {ids} must be strictly increasing")
+        elif t_layers - 1 in [int(i) for i in ids]:
+            # transformers returns the last layer post-norm, LMDeploy feeds it pre-norm: never use it
+            problems.append(
+                f"DFlash target_layer_ids {ids} include the target's last layer ({t_layers - 1}),"
+                " which LMDeploy feeds pre-norm and the drafter was trained on post-norm"
+            )
+    block = dcfg.get("block_size")
+    if block is not None and draft_tokens + 1 > int(block):
+        problems.append(
+            f"DFlash block_size {block} allows at most {int(block) - 1} draft tokens, "
+            f"asked for {draft_tokens}"
+        )
+    d_hidden = cfg.get("target_hidden_size") or _hidden(draft)
+    if t_hidden is not None and d_hidden is not None and int(d_hidden) != t_hidden:
+        problems.append(f"DFlash drafter expects hidden size {d_hidden}, the target has {t_hidden}")
+    return problems
+
+
+def _eagle_problems(target: Checkpoint, draft: Checkpoint, draft_tokens: int) -> list[str]:
+    """An EAGLE/EAGLE-3 drafter reads the target's hidden states: the sizes must match."""
+    t_hidden = _hidden(target)
+    d_hidden = draft.config.get("target_hidden_size") or _hidden(draft)
+    if t_hidden is not None and d_hidden is not None and int(d_hidden) != t_hidden:
+        return [f"EAGLE drafter hidden size {d_hidden} does not match the target's {t_hidden}"]
+    return []
+
+
+def _draft_model_problems(target: Checkpoint, draft: Checkpoint, draft_tokens: int) -> list[str]:
+    """A plain draft model proposes token ids: it must share the target's tokenizer."""
+    tv, dv = tokenizer_vocab(target.path), tokenizer_vocab(draft.path)
+    if tv is None or dv is None:
+        missing = target.path if tv is None else draft.path
+        return [f"{missing}: no tokenizer.json/vocab.json to check that draft and target share a tokenizer"]
+    if tv != dv:
+        n_diff = len(set(tv.items()) ^ set(dv.items()))
+        return [
+            f"draft and target tokenizers differ ({n_diff} token/id pairs differ); "
+            "a plain draft model must share the target's tokenizer"
+        ]
+    return []
+
+
+# The checks of a drafter against its target, by method (after the kind and vocabulary size match).
+_PAIR_CHECKS = {
+    "dflash": _dflash_problems,
+    "eagle3": _eagle_problems,
+    "eagle": _eagle_problems,
+    "draft": _draft_model_problems,
+}

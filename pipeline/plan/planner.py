@@ -323,20 +323,9 @@ def plan_memory(
     d = _analyse(draft, "draft", cast, False) if draft is not None else None
     t_dtype, act = _compute_dtype(t, eng, cfg)
     notes: list[str] = []
-    if d is not None and eng == "lmdeploy" and t.ckpt.quantization is not None:
-        d_dtype = "float16"  # AWQ runs in fp16 in the PyTorch engine; the drafter must match (serve casts it)
-    elif d is not None:
-        d_dtype, _ = _compute_dtype(d, eng, cfg)
-    else:
-        d_dtype = t_dtype
+    d_dtype = _draft_dtype(t, d, eng, cfg, t_dtype)
     d_act = _dtype_bytes(d_dtype)
-
-    kv_dtype = cfg.plan.kv_dtype
-    if eng == "embedded" and kv_dtype in ("int8", "int4"):
-        raise ConfigError(
-            "plan.kv_dtype: int8/int4 KV is an LMDeploy option; "
-            "the embedded engine keeps KV in the model dtype"
-        )
+    kv_dtype = _kv_dtype(cfg, eng)
 
     def per_token(s: int) -> tuple[int, int]:
         tk = _kv_per_token(t.shape, kv_dtype, act, eng, s)
@@ -345,39 +334,13 @@ def plan_memory(
         dk = _kv_per_token(d.shape, kv_dtype, d_act, eng, s) if d is not None else 0
         return tk, dk
 
-    state_seq = (
-        t.shape.state_bytes_per_sequence(LMDEPLOY_STATE_BYTES, LMDEPLOY_STATE_BYTES)
-        if eng == "lmdeploy"
-        else t.shape.state_bytes_per_sequence(act, 4)  # transformers keeps the recurrent state in fp32
-    )
+    state_seq = _state_per_sequence(t, eng, act)
     weights = t.weights + (d.weights if d else 0)
-    lookahead = (k + 1) if (d is not None or include_mtp) and k > 0 else 0
-    if d is not None and d.shape.is_dflash and d.shape.dflash_block_size and k > 0:
-        lookahead = max(lookahead, int(d.shape.dflash_block_size))
     safety = int(total * SAFETY_FRACTION)
-
-    def model_memory(m: _Model, dtype: str, kvb: int) -> ModelMemory:
-        q = m.ckpt.quantization
-        return ModelMemory(
-            path=str(m.ckpt.path),
-            role=m.role,
-            kind=m.ckpt.draft_kind if m.role == "draft" else "model",
-            weights_bytes=m.weights,
-            weights_source=m.source,
-            weights_breakdown=m.breakdown,
-            quantization=(f"{q.method} {q.bits}-bit g{q.group_size}" if q else None),
-            compute_dtype=dtype,
-            layers=m.shape.num_layers,
-            full_attention_layers=m.shape.full_layers,
-            sliding_attention_layers=m.shape.sliding_layers,
-            linear_attention_layers=m.shape.linear_layers,
-            kv_bytes_per_token=kvb,
-            state_bytes_per_sequence=m.shape.state_bytes_per_sequence(2, 2) if m.role == "target" else 0,
-        )
-
     inputs = _Inputs(
         total=total, ctx=ctx, weights=weights, state_seq=state_seq, batch=batch, session=session,
-        lookahead=lookahead, safety=safety, cfg=cfg, t=t, d=d, act=act, per_token=per_token,
+        lookahead=_lookahead(d, k, include_mtp), safety=safety, cfg=cfg, t=t, d=d, act=act,
+        per_token=per_token,
     )  # fmt: skip
     res = _lmdeploy(inputs, graphs, cache_max_entry_count) if eng == "lmdeploy" else _embedded(inputs)
     tk, dk = per_token(session or 0)
@@ -389,8 +352,8 @@ def plan_memory(
         session_len=session,
         draft_tokens=k,
         kv_dtype=kv_dtype if kv_dtype != "auto" else t_dtype,
-        target=model_memory(t, t_dtype, tk),
-        draft=model_memory(d, d_dtype, dk) if d is not None else None,
+        target=_model_memory(t, t_dtype, tk),
+        draft=_model_memory(d, d_dtype, dk) if d is not None else None,
         kv_bytes_per_token=tk + dk,
         state_bytes_per_sequence=state_seq,
         cuda_context_bytes=ctx,
@@ -400,6 +363,58 @@ def plan_memory(
     )
     _finish(plan, t, d, safety)
     return plan
+
+
+def _draft_dtype(t: _Model, d: _Model | None, engine: ServerName, cfg: PlanRequest, t_dtype: str) -> str:
+    if d is not None and engine == "lmdeploy" and t.ckpt.quantization is not None:
+        return "float16"  # AWQ runs in fp16 in the PyTorch engine; the drafter must match (serve casts it)
+    if d is not None:
+        return _compute_dtype(d, engine, cfg)[0]
+    return t_dtype
+
+
+def _kv_dtype(cfg: PlanRequest, engine: ServerName) -> str:
+    kv_dtype = cfg.plan.kv_dtype
+    if engine == "embedded" and kv_dtype in ("int8", "int4"):
+        raise ConfigError(
+            "plan.kv_dtype: int8/int4 KV is an LMDeploy option; "
+            "the embedded engine keeps KV in the model dtype"
+        )
+    return kv_dtype
+
+
+def _lookahead(d: _Model | None, k: int, include_mtp: bool) -> int:
+    """Speculative slots per sequence: k + 1, or a DFlash drafter's whole block."""
+    lookahead = (k + 1) if (d is not None or include_mtp) and k > 0 else 0
+    if d is not None and d.shape.is_dflash and d.shape.dflash_block_size and k > 0:
+        lookahead = max(lookahead, int(d.shape.dflash_block_size))
+    return lookahead
+
+
+def _state_per_sequence(t: _Model, engine: ServerName, act: int) -> int:
+    if engine == "lmdeploy":
+        return t.shape.state_bytes_per_sequence(LMDEPLOY_STATE_BYTES, LMDEPLOY_STATE_BYTES)
+    return t.shape.state_bytes_per_sequence(act, 4)  # transformers keeps the recurrent state in fp32
+
+
+def _model_memory(m: _Model, dtype: str, kvb: int) -> ModelMemory:
+    q = m.ckpt.quantization
+    return ModelMemory(
+        path=str(m.ckpt.path),
+        role=m.role,
+        kind=m.ckpt.draft_kind if m.role == "draft" else "model",
+        weights_bytes=m.weights,
+        weights_source=m.source,
+        weights_breakdown=m.breakdown,
+        quantization=(f"{q.method} {q.bits}-bit g{q.group_size}" if q else None),
+        compute_dtype=dtype,
+        layers=m.shape.num_layers,
+        full_attention_layers=m.shape.full_layers,
+        sliding_attention_layers=m.shape.sliding_layers,
+        linear_attention_layers=m.shape.linear_layers,
+        kv_bytes_per_token=kvb,
+        state_bytes_per_sequence=m.shape.state_bytes_per_sequence(2, 2) if m.role == "target" else 0,
+    )
 
 
 @dataclass(frozen=True)

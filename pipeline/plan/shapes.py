@@ -205,6 +205,47 @@ def _skipped(name: str, patterns: list[str]) -> bool:
     return False
 
 
+def _layer_parameters(
+    shape: ModelShape, i: int, kind: str, prefix: str
+) -> tuple[list[tuple[str, int, int, bool]], int]:
+    """Decoder layer `i`'s linear projections (name, in features, out features, bias) and the count of its
+    other parameters (norms, and a linear-attention layer's conv kernel and gates), which stay unquantized."""
+    h = shape.hidden
+    other = 2 * h  # input + post-attention norms
+    items: list[tuple[str, int, int, bool]] = []
+    if kind == LINEAR:
+        kd = shape.linear_k_heads * shape.linear_k_head_dim
+        vd = shape.linear_v_heads * shape.linear_v_head_dim
+        a = f"{prefix}.{i}.linear_attn"
+        items += [
+            (f"{a}.in_proj_qkv", h, 2 * kd + vd, False),
+            (f"{a}.in_proj_z", h, vd, False),
+            (f"{a}.in_proj_b", h, shape.linear_v_heads, False),
+            (f"{a}.in_proj_a", h, shape.linear_v_heads, False),
+            (f"{a}.out_proj", vd, h, False),
+        ]
+        other += shape.conv_dim * shape.conv_kernel + 2 * shape.linear_v_heads
+        other += shape.linear_v_head_dim  # gated RMSNorm
+    else:
+        qd = shape.num_heads * shape.head_dim
+        kvd = shape.num_kv_heads * shape.head_dim
+        a = f"{prefix}.{i}.self_attn"
+        items += [
+            (f"{a}.q_proj", h, qd * (2 if shape.attn_output_gate else 1), shape.attention_bias),
+            (f"{a}.k_proj", h, kvd, shape.attention_bias),
+            (f"{a}.v_proj", h, kvd, shape.attention_bias),
+            (f"{a}.o_proj", qd, h, False),
+        ]
+        other += 2 * shape.head_dim  # q_norm, k_norm
+    m = f"{prefix}.{i}.mlp"
+    items += [
+        (f"{m}.gate_proj", h, shape.intermediate, False),
+        (f"{m}.up_proj", h, shape.intermediate, False),
+        (f"{m}.down_proj", shape.intermediate, h, False),
+    ]
+    return items, other
+
+
 def estimate_weights(
     shape: ModelShape, quant: QuantInfo | None, elem_bytes: int, *, include_mtp: bool = False
 ) -> WeightEstimate:
@@ -227,39 +268,9 @@ def estimate_weights(
         return 0, in_f * out_f * elem_bytes + b
 
     def layer_bytes(i: int, kind: str, prefix: str) -> tuple[int, int]:
-        q_total, d_total = 0, 2 * h * elem_bytes  # input + post-attention norms
-        items: list[tuple[str, int, int, bool]] = []
-        if kind == LINEAR:
-            kd = shape.linear_k_heads * shape.linear_k_head_dim
-            vd = shape.linear_v_heads * shape.linear_v_head_dim
-            a = f"{prefix}.{i}.linear_attn"
-            items += [
-                (f"{a}.in_proj_qkv", h, 2 * kd + vd, False),
-                (f"{a}.in_proj_z", h, vd, False),
-                (f"{a}.in_proj_b", h, shape.linear_v_heads, False),
-                (f"{a}.in_proj_a", h, shape.linear_v_heads, False),
-                (f"{a}.out_proj", vd, h, False),
-            ]
-            d_total += (shape.conv_dim * shape.conv_kernel + 2 * shape.linear_v_heads) * elem_bytes
-            d_total += shape.linear_v_head_dim * elem_bytes  # gated RMSNorm
-        else:
-            qd = shape.num_heads * shape.head_dim
-            kvd = shape.num_kv_heads * shape.head_dim
-            a = f"{prefix}.{i}.self_attn"
-            items += [
-                (f"{a}.q_proj", h, qd * (2 if shape.attn_output_gate else 1), shape.attention_bias),
-                (f"{a}.k_proj", h, kvd, shape.attention_bias),
-                (f"{a}.v_proj", h, kvd, shape.attention_bias),
-                (f"{a}.o_proj", qd, h, False),
-            ]
-            d_total += 2 * shape.head_dim * elem_bytes  # q_norm, k_norm
-        m = f"{prefix}.{i}.mlp"
-        items += [
-            (f"{m}.gate_proj", h, shape.intermediate, False),
-            (f"{m}.up_proj", h, shape.intermediate, False),
-            (f"{m}.down_proj", shape.intermediate, h, False),
-        ]
-        for name, in_f, out_f, bias in items:
+        linears, other = _layer_parameters(shape, i, kind, prefix)
+        q_total, d_total = 0, other * elem_bytes
+        for name, in_f, out_f, bias in linears:
             qb, db = linear(name, in_f, out_f, bias)
             q_total += qb
             d_total += db

@@ -12,12 +12,13 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from ..calibration import CalibrationReport
+from ..calibration import Calibration, CalibrationReport
 from ..checkpoint import Checkpoint, validate_checkpoint
 from ..config import SpecqConfig, config_to_toml
 from ..config.models import QuantizeSection
@@ -26,7 +27,7 @@ from ..errors import InputError, UsageError
 from ..fsutil import atomic_dir, atomic_write_text, check_writable
 from ..hardware import package_version, pick_device
 from ..progress import Progress, null_progress
-from .backends import BACKENDS, REFUSED, Backend, Job, resolve_backend
+from .backends import BACKENDS, REFUSED, Backend, BackendRunner, Job, resolve_backend
 from .quality import QualityReport
 
 SCHEMA_VERSION = 1
@@ -201,129 +202,18 @@ def quantize(cfg: QuantizeRequest, progress: Progress = null_progress) -> Quanti
         raise InputError(f"{out} already exists; choose another --out or remove it")
     validate_checkpoint(ckpt, role="model")
     check_writable(out, need_bytes=ckpt.file_bytes // 4)  # 4-bit weights at least; before calibration
-    device = pick_device(cfg.device)
-    from ..calibration import Calibration, load_calibration, load_tokenizer
-
-    assert cfg.calib is not None
-    if backend.local_calibration:
-        calib = load_calibration(
-            cfg.calib,
-            load_tokenizer(model),
-            text_field=cfg.text_field,
-            samples=cfg.samples,
-            seqlen=cfg.seqlen,
-            seed=cfg.seed,
-            heldout_samples=cfg.eval_samples if cfg.evaluate else 0,
-            progress=progress,
-        )
-    else:  # the backend reads its own named calibration set
-        calib = Calibration(
-            samples=[[] for _ in range(cfg.samples)],
-            heldout=[],
-            report=CalibrationReport(
-                source=cfg.calib, kind="backend", texts=0, tokens_total=cfg.samples * cfg.seqlen,
-                samples=cfg.samples, samples_requested=cfg.samples, seqlen=cfg.seqlen,
-                tokens_used=cfg.samples * cfg.seqlen, heldout_samples=0, heldout_tokens=0,
-                notes=[f"calibrated by {backend.name} on its named set '{cfg.calib}'"],
-            ),
-        )  # fmt: skip
-    rep = calib.report
-    progress(
-        f"calibration: {rep.samples} samples, {rep.tokens_used} tokens (seqlen {rep.seqlen}) "
-        f"from {rep.texts} texts; {rep.heldout_samples} held out"
-    )
-    for note in rep.notes:
-        progress(f"calibration: {note}")
-    layers = [0]
-    capture: list[Any] = []
-
-    def on_layer(i: int, n: int) -> None:
-        layers[0] = n
-        with capture[0].passthrough():
-            progress(f"{method.upper()} ({backend.name}): layer {i}/{n}")
-
+    run = _Run(cfg, model, out, method, sym, backend, pick_device(cfg.device), warnings, progress, t0)
+    calib = run.calibrate()
     resolved = cfg.section.model_copy(
-        update={"method": method, "sym": sym, "backend": backend.name, "device": device}
+        update={"method": method, "sym": sym, "backend": backend.name, "device": run.device}
     )
     runner = backend.load()
-    from ._capture import backend_output_to
-
     with atomic_dir(out) as tmp:
         scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".work", dir=out.parent))
         try:
-            want_repack = method == "gptq" and cfg.target == "speculative" and cfg.repack
-            qdir = scratch / "gptq" if want_repack else tmp
-            qdir.mkdir(exist_ok=True)
-            job = Job(
-                model=model,
-                out=qdir,
-                method=method,
-                bits=cfg.bits,
-                group_size=cfg.group_size,
-                sym=sym,
-                desc_act=cfg.desc_act,
-                device=device,
-                seqlen=cfg.seqlen,
-                seed=cfg.seed,
-                calib_source=cfg.calib,
-                work=scratch,
-            )
-            progress(
-                f"quantizing {model.name} with {backend.name} ({method.upper()}, {device}); log: {LOG_FILE}"
-            )
-            tq = time.perf_counter()
-            with backend_output_to(scratch / LOG_FILE) as cap:
-                capture[:] = [cap]
-                runner(job, calib, on_layer)
-            t_quant = time.perf_counter() - tq
-            _copy_side_files(model, qdir)
-            if want_repack:
-                from ..convert.repack import repack_gptq_to_awq
-
-                repack_gptq_to_awq(qdir, scratch / "awq", progress=progress)
-                for p in (scratch / "awq").iterdir():
-                    shutil.move(str(p), tmp / p.name)
-                progress("repacked GPTQ → AWQ for LMDeploy's PyTorch engine")
-            shutil.copy2(scratch / LOG_FILE, tmp / LOG_FILE)
-            quality = None
-            t_eval = 0.0
-            if cfg.evaluate:
-                progress("evaluating: perplexity on held-out text and logits cosine, original vs quantized")
-                te = time.perf_counter()
-                from .quality import evaluate
-
-                prompts = calib.heldout or calib.samples
-                with backend_output_to(scratch / "eval.log"):
-                    quality = evaluate(model, tmp, calib.heldout, prompts, device)
-                t_eval = time.perf_counter() - te
-            fmt = Checkpoint(tmp).quantization
-            size_o, size_q = checkpoint_bytes(model), checkpoint_bytes(tmp)
-            result = QuantizeResult(
-                model=str(model),
-                out=str(out),
-                method=method,
-                backend=backend.name,
-                target=cfg.target,
-                bits=cfg.bits,
-                group_size=cfg.group_size,
-                sym=sym,
-                desc_act=cfg.desc_act,
-                device=device,
-                format=fmt.method if fmt else "unknown",
-                turbomind_check=cfg.turbomind_check,
-                warnings=warnings,
-                calibration=rep,
-                quality=quality,
-                size_original_bytes=size_o,
-                size_quantized_bytes=size_q,
-                compression_ratio=(size_o / size_q) if size_q else 0.0,
-                seconds_total=time.perf_counter() - t0,
-                seconds_quantize=t_quant,
-                seconds_eval=t_eval,
-                layers=layers[0],
-                repacked_to_awq=want_repack,
-                versions=_versions(backend),
-            )
+            t_quant, layers = run.quantize_into(tmp, scratch, runner, calib)
+            quality, t_eval = run.evaluate(tmp, scratch, calib)
+            result = run.result(tmp, calib.report, quality, layers=layers, t_quant=t_quant, t_eval=t_eval)
             atomic_write_text(
                 tmp / CONFIG_FILE, config_to_toml(SpecqConfig(quantize=resolved), ("quantize",))
             )
@@ -332,6 +222,169 @@ def quantize(cfg: QuantizeRequest, progress: Progress = null_progress) -> Quanti
             shutil.rmtree(scratch, ignore_errors=True)
     progress(f"wrote {out}")
     return result
+
+
+@dataclass
+class _Run:
+    """What the phases of one quantize run share, once the plan has been checked."""
+
+    cfg: QuantizeRequest
+    model: Path
+    out: Path
+    method: str
+    sym: bool
+    backend: Backend
+    device: str
+    warnings: list[str]
+    progress: Progress
+    started: float  # perf_counter() at the call
+
+    @property
+    def repack(self) -> bool:
+        """GPTQ for speculation is quantized to scratch and repacked to AWQ into the output."""
+        return self.method == "gptq" and self.cfg.target == "speculative" and self.cfg.repack
+
+    def calibrate(self) -> Calibration:
+        from ..calibration import load_calibration, load_tokenizer
+
+        cfg, backend = self.cfg, self.backend
+        assert cfg.calib is not None
+        if backend.local_calibration:
+            calib = load_calibration(
+                cfg.calib,
+                load_tokenizer(self.model),
+                text_field=cfg.text_field,
+                samples=cfg.samples,
+                seqlen=cfg.seqlen,
+                seed=cfg.seed,
+                heldout_samples=cfg.eval_samples if cfg.evaluate else 0,
+                progress=self.progress,
+            )
+        else:  # the backend reads its own named calibration set
+            calib = Calibration(
+                samples=[[] for _ in range(cfg.samples)],
+                heldout=[],
+                report=CalibrationReport(
+                    source=cfg.calib, kind="backend", texts=0, tokens_total=cfg.samples * cfg.seqlen,
+                    samples=cfg.samples, samples_requested=cfg.samples, seqlen=cfg.seqlen,
+                    tokens_used=cfg.samples * cfg.seqlen, heldout_samples=0, heldout_tokens=0,
+                    notes=[f"calibrated by {backend.name} on its named set '{cfg.calib}'"],
+                ),
+            )  # fmt: skip
+        rep = calib.report
+        self.progress(
+            f"calibration: {rep.samples} samples, {rep.tokens_used} tokens (seqlen {rep.seqlen}) "
+            f"from {rep.texts} texts; {rep.heldout_samples} held out"
+        )
+        for note in rep.notes:
+            self.progress(f"calibration: {note}")
+        return calib
+
+    def quantize_into(
+        self, tmp: Path, scratch: Path, runner: BackendRunner, calib: Calibration
+    ) -> tuple[float, int]:
+        """Run the backend (its output captured to the log) and repack if asked: (seconds, layers)."""
+        from ._capture import backend_output_to
+
+        cfg, method, progress = self.cfg, self.method, self.progress
+        assert cfg.calib is not None  # plan() refuses a config without one
+        layers = [0]
+        capture: list[Any] = []
+
+        def on_layer(i: int, n: int) -> None:
+            layers[0] = n
+            with capture[0].passthrough():
+                progress(f"{method.upper()} ({self.backend.name}): layer {i}/{n}")
+
+        qdir = scratch / "gptq" if self.repack else tmp
+        qdir.mkdir(exist_ok=True)
+        job = Job(
+            model=self.model,
+            out=qdir,
+            method=method,
+            bits=cfg.bits,
+            group_size=cfg.group_size,
+            sym=self.sym,
+            desc_act=cfg.desc_act,
+            device=self.device,
+            seqlen=cfg.seqlen,
+            seed=cfg.seed,
+            calib_source=cfg.calib,
+            work=scratch,
+        )
+        progress(
+            f"quantizing {self.model.name} with {self.backend.name} ({method.upper()}, {self.device}); "
+            f"log: {LOG_FILE}"
+        )
+        tq = time.perf_counter()
+        with backend_output_to(scratch / LOG_FILE) as cap:
+            capture[:] = [cap]
+            runner(job, calib, on_layer)
+        t_quant = time.perf_counter() - tq
+        _copy_side_files(self.model, qdir)
+        if self.repack:
+            from ..convert.repack import repack_gptq_to_awq
+
+            repack_gptq_to_awq(qdir, scratch / "awq", progress=progress)
+            for p in (scratch / "awq").iterdir():
+                shutil.move(str(p), tmp / p.name)
+            progress("repacked GPTQ → AWQ for LMDeploy's PyTorch engine")
+        shutil.copy2(scratch / LOG_FILE, tmp / LOG_FILE)
+        return t_quant, layers[0]
+
+    def evaluate(self, tmp: Path, scratch: Path, calib: Calibration) -> tuple[QualityReport | None, float]:
+        """The quality cost, original vs quantized, when asked for: (report, seconds)."""
+        if not self.cfg.evaluate:
+            return None, 0.0
+        self.progress("evaluating: perplexity on held-out text and logits cosine, original vs quantized")
+        te = time.perf_counter()
+        from ._capture import backend_output_to
+        from .quality import evaluate
+
+        prompts = calib.heldout or calib.samples
+        with backend_output_to(scratch / "eval.log"):
+            quality = evaluate(self.model, tmp, calib.heldout, prompts, self.device)
+        return quality, time.perf_counter() - te
+
+    def result(
+        self,
+        tmp: Path,
+        calibration: CalibrationReport,
+        quality: QualityReport | None,
+        *,
+        layers: int,
+        t_quant: float,
+        t_eval: float,
+    ) -> QuantizeResult:
+        cfg = self.cfg
+        fmt = Checkpoint(tmp).quantization
+        size_o, size_q = checkpoint_bytes(self.model), checkpoint_bytes(tmp)
+        return QuantizeResult(
+            model=str(self.model),
+            out=str(self.out),
+            method=self.method,
+            backend=self.backend.name,
+            target=cfg.target,
+            bits=cfg.bits,
+            group_size=cfg.group_size,
+            sym=self.sym,
+            desc_act=cfg.desc_act,
+            device=self.device,
+            format=fmt.method if fmt else "unknown",
+            turbomind_check=cfg.turbomind_check,
+            warnings=self.warnings,
+            calibration=calibration,
+            quality=quality,
+            size_original_bytes=size_o,
+            size_quantized_bytes=size_q,
+            compression_ratio=(size_o / size_q) if size_q else 0.0,
+            seconds_total=time.perf_counter() - self.started,
+            seconds_quantize=t_quant,
+            seconds_eval=t_eval,
+            layers=layers,
+            repacked_to_awq=self.repack,
+            versions=_versions(self.backend),
+        )
 
 
 def _versions(backend: Backend) -> dict[str, str | None]:

@@ -229,43 +229,10 @@ def resolve_spec(request: ServeRequest, progress: Progress = null_progress) -> S
 
     backend: str | None = None
     if server == "lmdeploy":
-        backend = request.backend
-        if backend == "auto":
-            backend = "pytorch" if method is not None else "turbomind"
-        if method is not None and backend == "turbomind":
-            raise UsageError(
-                "TurboMind does no speculative decoding in LMDeploy 0.18; "
-                "use --backend pytorch (or draft tokens 0)"
-            )
-        if method == "dflash" and request.options.enable_prefix_caching:
-            raise UsageError(
-                "LMDeploy 0.18 refuses prefix caching together with DFlash; drop --enable-prefix-caching "
-                "(engine.enable_prefix_caching = false)"
-            )
-        if backend == "pytorch":
-            from ..engines.pytorch import pytorch_engine_refusal
-
-            refusal = pytorch_engine_refusal(target)
-            if refusal:
-                raise UsageError(refusal)
+        backend = _lmdeploy_backend(request, method, target)
     elif request.backend not in ("auto",):
         progress(f"--backend {request.backend} applies to LMDeploy only; the embedded engine ignores it")
-
-    draft_fp16: Path | None = None
-    quant = target.quantization
-    if (
-        server == "lmdeploy"
-        and backend == "pytorch"
-        and draft is not None
-        and quant is not None
-        and quant.method == "awq"
-        and _is_bf16(draft)
-    ):
-        draft_fp16 = fp16_copy_path(draft)
-        progress(
-            f"the AWQ target runs in fp16 in LMDeploy's PyTorch engine and the drafter is bf16: "
-            f"serving an fp16 copy of it ({draft_fp16}{'' if draft_fp16.exists() else ', written at launch'})"
-        )
+    draft_fp16 = _fp16_drafter(target, draft, backend, progress)
 
     host = request.host
     port = request.port
@@ -283,6 +250,52 @@ def resolve_spec(request: ServeRequest, progress: Progress = null_progress) -> S
         request=request,
         draft_fp16=draft_fp16,
     )
+
+
+def _lmdeploy_backend(request: ServeRequest, method: str | None, target: Checkpoint) -> str:
+    """LMDeploy's backend for `method` (`auto`: PyTorch to speculate, else TurboMind), refusing what it
+    would refuse at launch."""
+    backend = request.backend
+    if backend == "auto":
+        backend = "pytorch" if method is not None else "turbomind"
+    if method is not None and backend == "turbomind":
+        raise UsageError(
+            "TurboMind does no speculative decoding in LMDeploy 0.18; "
+            "use --backend pytorch (or draft tokens 0)"
+        )
+    if method == "dflash" and request.options.enable_prefix_caching:
+        raise UsageError(
+            "LMDeploy 0.18 refuses prefix caching together with DFlash; drop --enable-prefix-caching "
+            "(engine.enable_prefix_caching = false)"
+        )
+    if backend == "pytorch":
+        from ..engines.pytorch import pytorch_engine_refusal
+
+        refusal = pytorch_engine_refusal(target)
+        if refusal:
+            raise UsageError(refusal)
+    return backend
+
+
+def _fp16_drafter(
+    target: Checkpoint, draft: Checkpoint | None, backend: str | None, progress: Progress
+) -> Path | None:
+    """Where the fp16 copy of a bf16 drafter goes when an AWQ target runs in fp16 (PyTorch engine)."""
+    quant = target.quantization
+    if (
+        backend == "pytorch"
+        and draft is not None
+        and quant is not None
+        and quant.method == "awq"
+        and _is_bf16(draft)
+    ):
+        draft_fp16 = fp16_copy_path(draft)
+        progress(
+            f"the AWQ target runs in fp16 in LMDeploy's PyTorch engine and the drafter is bf16: "
+            f"serving an fp16 copy of it ({draft_fp16}{'' if draft_fp16.exists() else ', written at launch'})"
+        )
+        return draft_fp16
+    return None
 
 
 def _bind_host(host: str) -> str:

@@ -189,13 +189,8 @@ def _torch() -> Any:
 def _build(
     out: Path, size: str, preset: SizePreset, seed: int, corpus: Corpus, key: str, progress: Progress
 ) -> None:
-    torch = _torch()
+    _torch()
     from importlib.metadata import version
-
-    from transformers import GenerationConfig, Qwen3ForCausalLM
-
-    from .tokenizer import IM_END, train_tokenizer
-    from .train import distill_draft, eval_windows, perplexity, token_stream, train_target
 
     device = pick_device("auto") if size != "small" else "cpu"
     if size != "small" and device == "cpu":
@@ -204,79 +199,38 @@ def _build(
     threads = 1 if device == "cpu" else min(4, os.cpu_count() or 1)
     started = time.monotonic()
     with cpu_threads(threads):
-        progress(f"training the tokenizer ({preset.vocab_size} tokens) on the standard library's sources")
-        tokenizer = train_tokenizer(_take(corpus.train, preset.tokenizer_chars), preset.vocab_size)
-        eos = tokenizer.eos_token_id
-        im_end = tokenizer.convert_tokens_to_ids(IM_END)
-        vocab = -(-len(tokenizer) // 128) * 128
-        for spec in (preset.target, preset.draft):
-            problems = spec.check(vocab)
-            if problems:
-                raise UsageError(f"toy preset '{size}' does not suit 4-bit kernels: {problems[0]}")
-        train_stream = token_stream(tokenizer, _take(corpus.train, preset.train_chars), eos)
-        heldout_stream = token_stream(tokenizer, corpus.heldout, eos)
-        windows = eval_windows(heldout_stream, preset.seq_len, preset.eval_windows)
-
-        torch.manual_seed(seed)
-        target: Any = Qwen3ForCausalLM(qwen3_config(preset.target, vocab, eos_token_id=eos, pad_token_id=eos))
-        target.to(device)
-        progress(
-            f"training the target ({param_count(target) / 1e6:.2f}M parameters, {preset.target_steps} steps)"
-        )
-        t_res = train_target(
-            target, train_stream, steps=preset.target_steps, seq_len=preset.seq_len,
-            batch_size=preset.batch_size, lr=preset.target_lr, seed=seed, device=device, progress=progress,
-        )  # fmt: skip
-        torch.manual_seed(seed + 1)
-        draft: Any = Qwen3ForCausalLM(qwen3_config(preset.draft, vocab, eos_token_id=eos, pad_token_id=eos))
-        draft.to(device)
-        progress(
-            f"distilling the draft ({param_count(draft) / 1e6:.2f}M parameters, {preset.draft_steps} steps)"
-        )
-        d_res = distill_draft(
-            draft, target, train_stream, steps=preset.draft_steps, seq_len=preset.seq_len,
-            batch_size=preset.batch_size, lr=preset.draft_lr, seed=seed, device=device, progress=progress,
-        )  # fmt: skip
-        progress("measuring held-out perplexity and greedy acceptance (k = 1..6)")
-        t_ppl = perplexity(target, windows, device=device)
-        d_ppl = perplexity(draft, windows, device=device)
-        prompts = heldout_prompts(tokenizer, corpus.heldout, preset.prompts, preset.prompt_tokens)
-        by_k = measure_acceptance(
-            target, draft, prompts, new_tokens=preset.new_tokens, max_k=MAX_K, device=device
-        )
-        from .acceptance import greedy_continuations
-
-        sample_ids = greedy_continuations(target, prompts[:1], preset.new_tokens, device)[0].tolist()
-
-    gen_config = GenerationConfig(bos_token_id=eos, eos_token_id=[eos, im_end], pad_token_id=eos)
-    for name, model in (("target", target), ("draft", draft)):
-        model.to("cpu")
-        model.generation_config = gen_config
-        model.save_pretrained(out / name)
-        tokenizer.save_pretrained(out / name)
-        _add_legacy_config_keys(out / name / "config.json")
+        data = _prepare_data(size, preset, corpus, progress)
+        pair = _train_pair(data, preset, seed, device, progress)
+        measured = _measure(pair, data, preset, corpus, device, progress)
+    _save_pair(out, pair, data)
 
     from . import acceptance as acceptance_module
 
+    tokenizer, prompts = data.tokenizer, measured.prompts
     report = ToyReport(
         size=size,
         seed=seed,
         cache_key=key,
         corpus=corpus.summary()
         | {"train_chars_used": sum(len(t) for t in _take(corpus.train, preset.train_chars))}
-        | {"train_tokens": int(train_stream.numel()), "heldout_tokens": int(heldout_stream.numel())},
-        tokenizer={"kind": "byte-level BPE", "vocab_size": len(tokenizer), "model_vocab_size": vocab},
+        | {
+            "train_tokens": int(data.train_stream.numel()),
+            "heldout_tokens": int(data.heldout_stream.numel()),
+        },
+        tokenizer={"kind": "byte-level BPE", "vocab_size": len(tokenizer), "model_vocab_size": data.vocab},
         preset=preset.as_dict(),
-        target=_model_report(target, preset.target, t_res, "cross_entropy", t_ppl),
-        draft=_model_report(draft, preset.draft, d_res, "kl_target_draft", d_ppl),
+        target=_model_report(
+            pair.target, preset.target, pair.target_run, "cross_entropy", measured.target_ppl
+        ),
+        draft=_model_report(pair.draft, preset.draft, pair.draft_run, "kl_target_draft", measured.draft_ppl),
         acceptance=AcceptanceReport(
             definition=(acceptance_module.__doc__ or "").split("\n\n")[1].replace("\n", " "),
             prompts=len(prompts),
             prompt_tokens=preset.prompt_tokens,
             new_tokens=preset.new_tokens,
-            by_k=by_k,
+            by_k=measured.by_k,
         ),
-        sample={"prompt": tokenizer.decode(prompts[0]), "completion": tokenizer.decode(sample_ids)},
+        sample={"prompt": tokenizer.decode(prompts[0]), "completion": tokenizer.decode(measured.sample_ids)},
         build_seconds=round(time.monotonic() - started, 1),
         device=device,
         torch_threads=threads,
@@ -285,9 +239,120 @@ def _build(
     (out / REPORT_NAME).write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
     k4 = report.acceptance_at(4)
     progress(
-        f"built in {report.build_seconds:.0f}s: perplexity target {t_ppl:.2f}, draft {d_ppl:.2f}; "
+        f"built in {report.build_seconds:.0f}s: perplexity target {measured.target_ppl:.2f}, "
+        f"draft {measured.draft_ppl:.2f}; "
         f"acceptance at k=4 {k4.acceptance_rate:.0%} ({k4.tokens_per_step:.2f} tokens/step)"
     )
+
+
+@dataclass
+class _Data:
+    """The tokenizer trained for the pair and the token streams it gives."""
+
+    tokenizer: Any
+    eos: int
+    im_end: int
+    vocab: int  # the models' vocabulary: the tokenizer's, rounded up to a multiple of 128
+    train_stream: Any
+    heldout_stream: Any
+    windows: Any  # held-out perplexity windows
+
+
+@dataclass
+class _Pair:
+    target: Any
+    draft: Any
+    target_run: Any  # train_target's result
+    draft_run: Any  # distill_draft's result
+
+
+@dataclass
+class _Measured:
+    target_ppl: float
+    draft_ppl: float
+    prompts: list[list[int]]
+    by_k: list[AcceptanceAtK]
+    sample_ids: list[int]  # the target's greedy continuation of the first prompt
+
+
+def _prepare_data(size: str, preset: SizePreset, corpus: Corpus, progress: Progress) -> _Data:
+    from .tokenizer import IM_END, train_tokenizer
+    from .train import eval_windows, token_stream
+
+    progress(f"training the tokenizer ({preset.vocab_size} tokens) on the standard library's sources")
+    tokenizer = train_tokenizer(_take(corpus.train, preset.tokenizer_chars), preset.vocab_size)
+    eos = tokenizer.eos_token_id
+    im_end = tokenizer.convert_tokens_to_ids(IM_END)
+    vocab = -(-len(tokenizer) // 128) * 128
+    for spec in (preset.target, preset.draft):
+        problems = spec.check(vocab)
+        if problems:
+            raise UsageError(f"toy preset '{size}' does not suit 4-bit kernels: {problems[0]}")
+    train_stream = token_stream(tokenizer, _take(corpus.train, preset.train_chars), eos)
+    heldout_stream = token_stream(tokenizer, corpus.heldout, eos)
+    windows = eval_windows(heldout_stream, preset.seq_len, preset.eval_windows)
+    return _Data(tokenizer, eos, im_end, vocab, train_stream, heldout_stream, windows)
+
+
+def _train_pair(data: _Data, preset: SizePreset, seed: int, device: str, progress: Progress) -> _Pair:
+    """Train the target on the corpus, then distil the draft from it."""
+    torch = _torch()
+    from transformers import Qwen3ForCausalLM
+
+    from .train import distill_draft, train_target
+
+    eos, vocab = data.eos, data.vocab
+    torch.manual_seed(seed)
+    target: Any = Qwen3ForCausalLM(qwen3_config(preset.target, vocab, eos_token_id=eos, pad_token_id=eos))
+    target.to(device)
+    progress(
+        f"training the target ({param_count(target) / 1e6:.2f}M parameters, {preset.target_steps} steps)"
+    )
+    t_res = train_target(
+        target, data.train_stream, steps=preset.target_steps, seq_len=preset.seq_len,
+        batch_size=preset.batch_size, lr=preset.target_lr, seed=seed, device=device, progress=progress,
+    )  # fmt: skip
+    torch.manual_seed(seed + 1)
+    draft: Any = Qwen3ForCausalLM(qwen3_config(preset.draft, vocab, eos_token_id=eos, pad_token_id=eos))
+    draft.to(device)
+    progress(f"distilling the draft ({param_count(draft) / 1e6:.2f}M parameters, {preset.draft_steps} steps)")
+    d_res = distill_draft(
+        draft, target, data.train_stream, steps=preset.draft_steps, seq_len=preset.seq_len,
+        batch_size=preset.batch_size, lr=preset.draft_lr, seed=seed, device=device, progress=progress,
+    )  # fmt: skip
+    return _Pair(target, draft, t_res, d_res)
+
+
+def _measure(
+    pair: _Pair, data: _Data, preset: SizePreset, corpus: Corpus, device: str, progress: Progress
+) -> _Measured:
+    """Held-out perplexity of both models and greedy acceptance at k = 1..MAX_K."""
+    from .acceptance import greedy_continuations
+    from .train import perplexity
+
+    progress("measuring held-out perplexity and greedy acceptance (k = 1..6)")
+    t_ppl = perplexity(pair.target, data.windows, device=device)
+    d_ppl = perplexity(pair.draft, data.windows, device=device)
+    prompts = heldout_prompts(data.tokenizer, corpus.heldout, preset.prompts, preset.prompt_tokens)
+    by_k = measure_acceptance(
+        pair.target, pair.draft, prompts, new_tokens=preset.new_tokens, max_k=MAX_K, device=device
+    )
+    sample_ids = greedy_continuations(pair.target, prompts[:1], preset.new_tokens, device)[0].tolist()
+    return _Measured(t_ppl, d_ppl, prompts, by_k, sample_ids)
+
+
+def _save_pair(out: Path, pair: _Pair, data: _Data) -> None:
+    """Both models on CPU with the tokenizer and a generation config that stops at <|im_end|> too."""
+    from transformers import GenerationConfig
+
+    eos = data.eos
+    gen_config = GenerationConfig(bos_token_id=eos, eos_token_id=[eos, data.im_end], pad_token_id=eos)
+    for name, model in (("target", pair.target), ("draft", pair.draft)):
+        model.to("cpu")
+        model.generation_config = gen_config
+        model.save_pretrained(out / name)
+        data.tokenizer.save_pretrained(out / name)
+        _add_legacy_config_keys(out / name / "config.json")
 
 
 def _model_report(model: Any, spec: Any, res: Any, loss_kind: str, ppl: float) -> ToyModelReport:

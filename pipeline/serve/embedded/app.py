@@ -42,154 +42,8 @@ def build_app(
     max_positions: int | None = None,
 ) -> FastAPI:
     app = FastAPI(title="specq embedded engine", docs_url=None, redoc_url=None, openapi_url=None)
-    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
-    state = {"pending": 0}
-    pending_lock = threading.Lock()
-    created = int(time.time())
-
-    def check_key(request: Request) -> JSONResponse | None:
-        if not api_keys:
-            return None
-        auth = request.headers.get("authorization", "")
-        if auth.startswith("Bearer ") and auth[7:] in api_keys:
-            return None
-        return _error(401, "invalid or missing API key", "authentication_error")
-
-    def admit() -> None:
-        with pending_lock:
-            if state["pending"] >= max_queue + 1:
-                raise _Rejected(429, f"queue full ({max_queue} waiting); retry later", "rate_limit_error")
-            state["pending"] += 1
-            _gauges()
-
-    def release() -> None:
-        with pending_lock:
-            state["pending"] -= 1
-            _gauges()
-
-    def _gauges() -> None:
-        running = 1 if state["pending"] > 0 else 0
-        metrics.requests_running.labels(**metrics.labels).set(running)
-        metrics.requests_waiting.labels(**metrics.labels).set(max(0, state["pending"] - 1))
-
-    def parse(body: dict[str, Any], prompt_ids: list[int]) -> GenerationRequest:
-        if body.get("n", 1) != 1:
-            raise _Rejected(400, "n > 1 is not supported by the embedded engine")
-        if body.get("stop"):
-            raise _Rejected(400, "'stop' is not supported by the embedded engine")
-        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or default_max_tokens
-        try:
-            return GenerationRequest(
-                prompt_ids=prompt_ids,
-                max_new_tokens=int(max_tokens),
-                temperature=_num(body.get("temperature"), 0.0),
-                top_p=_num(body.get("top_p"), 1.0),
-                top_k=int(body["top_k"]) if body.get("top_k") else None,
-                repetition_penalty=float(body.get("repetition_penalty") or 1.0),
-                min_new_tokens=int(body.get("min_new_tokens") or body.get("min_tokens") or 0),
-                ignore_eos=bool(body.get("ignore_eos", False)),
-                seed=int(body["seed"]) if body.get("seed") is not None else None,
-            )
-        except (TypeError, ValueError) as e:
-            raise _Rejected(400, f"bad request field: {e}") from None
-
-    async def body_of(request: Request) -> dict[str, Any]:
-        try:
-            body = await request.json()
-        except json.JSONDecodeError:
-            raise _Rejected(400, "request body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise _Rejected(400, "request body must be a JSON object")
-        return body
-
     positions = max_positions if max_positions is not None else _model_positions(generator)
-
-    async def run(req: GenerationRequest, chat: bool, body: dict[str, Any]) -> Response:
-        check_context(req, positions, "messages" if chat else "prompt")
-        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
-        obj = "chat.completion" if chat else "text_completion"
-        loop = asyncio.get_running_loop()
-        admit()
-        if not body.get("stream"):
-            try:
-                result = await loop.run_in_executor(executor, generator.generate, req, lambda d, n: None)
-            finally:
-                release()
-            usage = _usage(result.prompt_tokens, len(result.token_ids))
-            choice: dict[str, Any] = {"index": 0, "finish_reason": result.finish_reason, "logprobs": None}
-            if chat:
-                choice["message"] = {"role": "assistant", "content": result.text}
-            else:
-                choice["text"] = result.text
-            return JSONResponse(
-                {
-                    "id": rid,
-                    "object": obj,
-                    "created": int(time.time()),
-                    "model": model_name,
-                    "choices": [choice],
-                    "usage": usage,
-                }  # fmt: skip
-            )
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        cancel = threading.Event()
-
-        def on_delta(delta: str, n: int) -> None:
-            if delta:
-                loop.call_soon_threadsafe(queue.put_nowait, ("delta", delta))
-
-        def work() -> None:
-            try:
-                res = generator.generate(req, on_delta, cancel=cancel)
-                loop.call_soon_threadsafe(queue.put_nowait, ("done", res))
-            except BaseException as e:  # reported to the client as an SSE error event
-                loop.call_soon_threadsafe(queue.put_nowait, ("error", e))
-            finally:
-                release()
-
-        loop.run_in_executor(executor, work)
-        chunk_obj = "chat.completion.chunk" if chat else "text_completion"
-
-        def chunk(choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> str:
-            data: dict[str, Any] = {"id": rid, "object": chunk_obj, "created": int(time.time()),
-                                    "model": model_name, "choices": choices}  # fmt: skip
-            if include_usage:
-                data["usage"] = usage
-            return f"data: {json.dumps(data)}\n\n"
-
-        def delta_choice(text: str, finish: str | None = None) -> dict[str, Any]:
-            if chat:
-                return {"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish,
-                        "logprobs": None}  # fmt: skip
-            return {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
-
-        async def events() -> AsyncIterator[str]:
-            try:
-                if chat:
-                    yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                  "finish_reason": None, "logprobs": None}])  # fmt: skip
-                while True:
-                    kind, value = await queue.get()
-                    if kind == "delta":
-                        yield chunk([delta_choice(value)])
-                    elif kind == "error":
-                        msg = f"{type(value).__name__}: {value}"
-                        yield f"data: {json.dumps({'error': {'message': msg, 'code': 500}})}\n\n"
-                        break
-                    else:
-                        yield chunk([delta_choice("", value.finish_reason)])
-                        if include_usage:
-                            usage = _usage(value.prompt_tokens, len(value.token_ids))
-                            data = {"id": rid, "object": chunk_obj, "created": int(time.time()),
-                                    "model": model_name, "choices": [], "usage": usage}  # fmt: skip
-                            yield f"data: {json.dumps(data)}\n\n"
-                        break
-                yield "data: [DONE]\n\n"
-            finally:
-                cancel.set()  # the client went away (or all is sent): stop generating for it
-
-        return StreamingResponse(events(), media_type="text/event-stream")
+    server = _Server(generator, metrics, model_name, max_queue, default_max_tokens, api_keys, positions)
 
     @app.exception_handler(_Rejected)
     async def _rejected(request: Request, exc: _Rejected) -> JSONResponse:
@@ -205,52 +59,255 @@ def build_app(
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
-        if (denied := check_key(request)) is not None:
+        if (denied := server.check_key(request)) is not None:
             return denied
+        return server.models()
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        if (denied := server.check_key(request)) is not None:
+            return denied
+        return await server.completions(await _body_of(request))
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        if (denied := server.check_key(request)) is not None:
+            return denied
+        return await server.chat_completions(await _body_of(request))
+
+    return app
+
+
+class _Server:
+    """What the routes share: the generator, its single worker thread and the admission count behind
+    `max_queue` (one request generating, the rest waiting)."""
+
+    def __init__(
+        self,
+        generator: Generator,
+        metrics: EngineMetrics,
+        model_name: str,
+        max_queue: int,
+        default_max_tokens: int,
+        api_keys: list[str] | None,
+        positions: int | None,
+    ) -> None:
+        self.generator, self.metrics, self.model_name = generator, metrics, model_name
+        self.max_queue, self.default_max_tokens = max_queue, default_max_tokens
+        self.api_keys, self.positions = api_keys, positions
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
+        self.pending = 0
+        self.pending_lock = threading.Lock()
+        self.created = int(time.time())
+
+    def check_key(self, request: Request) -> JSONResponse | None:
+        if not self.api_keys:
+            return None
+        auth = request.headers.get("authorization", "")
+        if auth.startswith("Bearer ") and auth[7:] in self.api_keys:
+            return None
+        return _error(401, "invalid or missing API key", "authentication_error")
+
+    def admit(self) -> None:
+        with self.pending_lock:
+            if self.pending >= self.max_queue + 1:
+                raise _Rejected(
+                    429, f"queue full ({self.max_queue} waiting); retry later", "rate_limit_error"
+                )
+            self.pending += 1
+            self._gauges()
+
+    def release(self) -> None:
+        with self.pending_lock:
+            self.pending -= 1
+            self._gauges()
+
+    def _gauges(self) -> None:
+        running = 1 if self.pending > 0 else 0
+        self.metrics.requests_running.labels(**self.metrics.labels).set(running)
+        self.metrics.requests_waiting.labels(**self.metrics.labels).set(max(0, self.pending - 1))
+
+    def models(self) -> JSONResponse:
         return JSONResponse(
             {
                 "object": "list",
                 "data": [
                     {
-                        "id": model_name,
+                        "id": self.model_name,
                         "object": "model",
-                        "created": created,
+                        "created": self.created,
                         "owned_by": "specq",
-                        "root": model_name,
+                        "root": self.model_name,
                     }
                 ],
             }  # fmt: skip
         )
 
-    @app.post("/v1/completions")
-    async def completions(request: Request) -> Response:
-        if (denied := check_key(request)) is not None:
-            return denied
-        body = await body_of(request)
+    async def completions(self, body: dict[str, Any]) -> Response:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
             prompt = prompt[0]
         if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
             ids = [int(t) for t in prompt]
         elif isinstance(prompt, str):
-            ids = generator.encode(prompt)
+            ids = self.generator.encode(prompt)
         else:
             raise _Rejected(400, "'prompt' must be a string (or a list of token ids)")
-        _check_model(body, model_name)
-        return await run(parse(body, ids), chat=False, body=body)
+        _check_model(body, self.model_name)
+        return await self.run(self.parse(body, ids), chat=False, body=body)
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        if (denied := check_key(request)) is not None:
-            return denied
-        body = await body_of(request)
+    async def chat_completions(self, body: dict[str, Any]) -> Response:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise _Rejected(400, "'messages' must be a non-empty list")
-        _check_model(body, model_name)
-        return await run(parse(body, generator.encode_chat(messages)), chat=True, body=body)
+        _check_model(body, self.model_name)
+        return await self.run(self.parse(body, self.generator.encode_chat(messages)), chat=True, body=body)
 
-    return app
+    def parse(self, body: dict[str, Any], prompt_ids: list[int]) -> GenerationRequest:
+        if body.get("n", 1) != 1:
+            raise _Rejected(400, "n > 1 is not supported by the embedded engine")
+        if body.get("stop"):
+            raise _Rejected(400, "'stop' is not supported by the embedded engine")
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or self.default_max_tokens
+        try:
+            return GenerationRequest(
+                prompt_ids=prompt_ids,
+                max_new_tokens=int(max_tokens),
+                temperature=_num(body.get("temperature"), 0.0),
+                top_p=_num(body.get("top_p"), 1.0),
+                top_k=int(body["top_k"]) if body.get("top_k") else None,
+                repetition_penalty=float(body.get("repetition_penalty") or 1.0),
+                min_new_tokens=int(body.get("min_new_tokens") or body.get("min_tokens") or 0),
+                ignore_eos=bool(body.get("ignore_eos", False)),
+                seed=int(body["seed"]) if body.get("seed") is not None else None,
+            )
+        except (TypeError, ValueError) as e:
+            raise _Rejected(400, f"bad request field: {e}") from None
+
+    async def run(self, req: GenerationRequest, chat: bool, body: dict[str, Any]) -> Response:
+        check_context(req, self.positions, "messages" if chat else "prompt")
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+        self.admit()
+        if not body.get("stream"):
+            return await self._complete(req, chat, rid)
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        return self._stream(req, chat, rid, include_usage)
+
+    async def _complete(self, req: GenerationRequest, chat: bool, rid: str) -> Response:
+        """The non-streaming answer; the caller has admitted the request, this releases it."""
+        loop = asyncio.get_running_loop()
+        try:
+            result = await loop.run_in_executor(
+                self.executor, self.generator.generate, req, lambda d, n: None
+            )
+        finally:
+            self.release()
+        usage = _usage(result.prompt_tokens, len(result.token_ids))
+        choice: dict[str, Any] = {"index": 0, "finish_reason": result.finish_reason, "logprobs": None}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": result.text}
+        else:
+            choice["text"] = result.text
+        return JSONResponse(
+            {
+                "id": rid,
+                "object": "chat.completion" if chat else "text_completion",
+                "created": int(time.time()),
+                "model": self.model_name,
+                "choices": [choice],
+                "usage": usage,
+            }  # fmt: skip
+        )
+
+    def _stream(self, req: GenerationRequest, chat: bool, rid: str, include_usage: bool) -> Response:
+        """The SSE answer: generation runs on the worker thread and hands deltas to the event loop through a
+        queue; the caller has admitted the request, the worker releases it."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        cancel = threading.Event()
+
+        def on_delta(delta: str, n: int) -> None:
+            if delta:
+                loop.call_soon_threadsafe(queue.put_nowait, ("delta", delta))
+
+        def work() -> None:
+            try:
+                res = self.generator.generate(req, on_delta, cancel=cancel)
+                loop.call_soon_threadsafe(queue.put_nowait, ("done", res))
+            except BaseException as e:  # reported to the client as an SSE error event
+                loop.call_soon_threadsafe(queue.put_nowait, ("error", e))
+            finally:
+                self.release()
+
+        loop.run_in_executor(self.executor, work)
+        chunks = _Chunks(rid, self.model_name, chat, include_usage)
+        return StreamingResponse(_events(queue, cancel, chunks), media_type="text/event-stream")
+
+
+class _Chunks:
+    """The SSE `data:` lines of one streamed completion (chat or text)."""
+
+    def __init__(self, rid: str, model_name: str, chat: bool, include_usage: bool) -> None:
+        self.rid, self.model_name, self.chat, self.include_usage = rid, model_name, chat, include_usage
+        self.obj = "chat.completion.chunk" if chat else "text_completion"
+
+    def chunk(self, choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> str:
+        data: dict[str, Any] = {"id": self.rid, "object": self.obj, "created": int(time.time()),
+                                "model": self.model_name, "choices": choices}  # fmt: skip
+        if self.include_usage:
+            data["usage"] = usage
+        return f"data: {json.dumps(data)}\n\n"
+
+    def delta(self, text: str, finish: str | None = None) -> str:
+        if self.chat:
+            choice = {"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish,
+                      "logprobs": None}  # fmt: skip
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
+        return self.chunk([choice])
+
+    def role(self) -> str:
+        return self.chunk([{"index": 0, "delta": {"role": "assistant", "content": ""},
+                            "finish_reason": None, "logprobs": None}])  # fmt: skip
+
+    def usage(self, prompt: int, completion: int) -> str:
+        data = {"id": self.rid, "object": self.obj, "created": int(time.time()),
+                "model": self.model_name, "choices": [], "usage": _usage(prompt, completion)}  # fmt: skip
+        return f"data: {json.dumps(data)}\n\n"
+
+
+async def _events(
+    queue: asyncio.Queue[tuple[str, Any]], cancel: threading.Event, chunks: _Chunks
+) -> AsyncIterator[str]:
+    try:
+        if chunks.chat:
+            yield chunks.role()
+        while True:
+            kind, value = await queue.get()
+            if kind == "delta":
+                yield chunks.delta(value)
+            elif kind == "error":
+                msg = f"{type(value).__name__}: {value}"
+                yield f"data: {json.dumps({'error': {'message': msg, 'code': 500}})}\n\n"
+                break
+            else:
+                yield chunks.delta("", value.finish_reason)
+                if chunks.include_usage:
+                    yield chunks.usage(value.prompt_tokens, len(value.token_ids))
+                break
+        yield "data: [DONE]\n\n"
+    finally:
+        cancel.set()  # the client went away (or all is sent): stop generating for it
+
+
+async def _body_of(request: Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except json.JSONDecodeError:
+        raise _Rejected(400, "request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise _Rejected(400, "request body must be a JSON object")
+    return body
 
 
 def check_context(req: GenerationRequest, positions: int | None, field: str) -> None:

@@ -6,6 +6,7 @@ verification step or a token happens: a scrape right after a response is already
 from __future__ import annotations
 
 import threading
+from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
@@ -18,105 +19,80 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
 
 
+class _Metric(NamedTuple):
+    attr: str
+    kind: type[Counter] | type[Gauge] | type[Histogram]
+    name: str
+    doc: str
+    extra_labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] | None = None
+
+
+# In LMDeploy's order (the order of /metrics); every one is labelled `engine` and `model_name`, plus extras.
+_METRICS = (
+    _Metric("prompt_tokens", Counter, "lmdeploy:prompt_tokens", "Number of prefill tokens processed."),
+    _Metric("generation_tokens", Counter, "lmdeploy:generation_tokens",
+            "Number of generation tokens processed."),
+    _Metric("drafts", Counter, "lmdeploy:spec_decode_num_drafts", "Number of speculative decoding drafts."),
+    _Metric("drafted_tokens", Counter, "lmdeploy:spec_decode_num_draft_tokens",
+            "Number of speculative decoding draft tokens."),
+    _Metric("accepted_tokens", Counter, "lmdeploy:spec_decode_num_accepted_tokens",
+            "Number of speculative decoding accepted tokens."),
+    _Metric("accepted_per_pos", Counter, "lmdeploy:spec_decode_num_accepted_tokens_per_pos",
+            "Number of accepted speculative decoding tokens per draft position.", ("position",)),
+    _Metric("mean_accept_rate", Gauge, "lmdeploy:spec_decode_mean_accept_rate",
+            "Mean speculative decoding acceptance rate. 1 means 100 percent accepted."),
+    _Metric("mean_accept_length", Gauge, "lmdeploy:spec_decode_mean_accept_length",
+            "Mean speculative decoding acceptance length, including the bonus token."),
+    _Metric("per_position_accept_rate", Gauge, "lmdeploy:spec_decode_per_position_accept_rate",
+            "Speculative decoding acceptance rate per draft position. 1 means 100 percent accepted.",
+            ("position",)),
+    _Metric("request_success", Counter, "lmdeploy:request_success",
+            "Count of successfully processed requests.", ("finished_reason",)),
+    _Metric("ttft", Histogram, "lmdeploy:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.", buckets=TTFT_BUCKETS),
+    _Metric("e2e", Histogram, "lmdeploy:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.", buckets=LATENCY_BUCKETS),
+    _Metric("decode_time", Histogram, "lmdeploy:request_decode_time_seconds",
+            "Histogram of time spent in DECODE phase for request.", buckets=LATENCY_BUCKETS),
+    _Metric("requests_waiting", Gauge, "lmdeploy:num_requests_waiting",
+            "Number of requests waiting to be processed."),
+    _Metric("requests_running", Gauge, "lmdeploy:num_requests_running",
+            "Number of requests in model execution batches."),
+)  # fmt: skip
+
+
 class EngineMetrics:
     """All counters of one served model. Thread-safe: the generation thread writes, /metrics reads."""
+
+    prompt_tokens: Counter
+    generation_tokens: Counter
+    drafts: Counter
+    drafted_tokens: Counter
+    accepted_tokens: Counter
+    accepted_per_pos: Counter
+    mean_accept_rate: Gauge
+    mean_accept_length: Gauge
+    per_position_accept_rate: Gauge
+    request_success: Counter
+    ttft: Histogram
+    e2e: Histogram
+    decode_time: Histogram
+    requests_waiting: Gauge
+    requests_running: Gauge
 
     def __init__(self, model_name: str, draft_tokens: int = 0, engine: str = "0") -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.labels = {"engine": engine, "model_name": model_name}
         self.draft_tokens = draft_tokens  # per step; the counter of tokens drafted is `drafted_tokens`
         self._lock = threading.Lock()
-        names = ["engine", "model_name"]
-        reg = self.registry
-        self.prompt_tokens = Counter(
-            "lmdeploy:prompt_tokens", "Number of prefill tokens processed.", names, registry=reg
-        )
-        self.generation_tokens = Counter(
-            "lmdeploy:generation_tokens", "Number of generation tokens processed.", names, registry=reg
-        )
-        self.drafts = Counter(
-            "lmdeploy:spec_decode_num_drafts", "Number of speculative decoding drafts.", names, registry=reg
-        )
-        self.drafted_tokens = Counter(
-            "lmdeploy:spec_decode_num_draft_tokens",
-            "Number of speculative decoding draft tokens.",
-            names,
-            registry=reg,
-        )
-        self.accepted_tokens = Counter(
-            "lmdeploy:spec_decode_num_accepted_tokens",
-            "Number of speculative decoding accepted tokens.",
-            names,
-            registry=reg,
-        )
-        self.accepted_per_pos = Counter(
-            "lmdeploy:spec_decode_num_accepted_tokens_per_pos",
-            "Number of accepted speculative decoding tokens per draft position.",
-            [*names, "position"],
-            registry=reg,
-        )
-        self.mean_accept_rate = Gauge(
-            "lmdeploy:spec_decode_mean_accept_rate",
-            "Mean speculative decoding acceptance rate. 1 means 100 percent accepted.",
-            names,
-            registry=reg,
-        )
-        self.mean_accept_length = Gauge(
-            "lmdeploy:spec_decode_mean_accept_length",
-            "Mean speculative decoding acceptance length, including the bonus token.",
-            names,
-            registry=reg,
-        )
-        self.per_position_accept_rate = Gauge(
-            "lmdeploy:spec_decode_per_position_accept_rate",
-            "Speculative decoding acceptance rate per draft position. 1 means 100 percent accepted.",
-            [*names, "position"],
-            registry=reg,
-        )
-        self.request_success = Counter(
-            "lmdeploy:request_success",
-            "Count of successfully processed requests.",
-            [*names, "finished_reason"],
-            registry=reg,
-        )
-        self.ttft = Histogram(
-            "lmdeploy:time_to_first_token_seconds",
-            "Histogram of time to first token in seconds.",
-            names,
-            buckets=TTFT_BUCKETS,
-            registry=reg,
-        )
-        self.e2e = Histogram(
-            "lmdeploy:e2e_request_latency_seconds",
-            "Histogram of e2e request latency in seconds.",
-            names,
-            buckets=LATENCY_BUCKETS,
-            registry=reg,
-        )
-        self.decode_time = Histogram(
-            "lmdeploy:request_decode_time_seconds",
-            "Histogram of time spent in DECODE phase for request.",
-            names,
-            buckets=LATENCY_BUCKETS,
-            registry=reg,
-        )
-        self.requests_waiting = Gauge(
-            "lmdeploy:num_requests_waiting",
-            "Number of requests waiting to be processed.",
-            names,
-            registry=reg,
-        )
-        self.requests_running = Gauge(
-            "lmdeploy:num_requests_running",
-            "Number of requests in model execution batches.",
-            names,
-            registry=reg,
-        )
-        # Make every series visible from the start, at 0, as LMDeploy does.
-        for c in (self.prompt_tokens, self.generation_tokens, self.drafts, self.drafted_tokens,
-                  self.accepted_tokens, self.mean_accept_rate, self.mean_accept_length, self.ttft, self.e2e,
-                  self.decode_time, self.requests_waiting, self.requests_running):  # fmt: skip
-            c.labels(**self.labels)
+        for m in _METRICS:
+            labelnames = ["engine", "model_name", *m.extra_labels]
+            extra: dict[str, Any] = {"buckets": m.buckets} if m.buckets else {}
+            metric = m.kind(m.name, m.doc, labelnames, registry=self.registry, **extra)
+            setattr(self, m.attr, metric)
+            if not m.extra_labels:  # every series visible from the start, at 0, as LMDeploy does
+                metric.labels(**self.labels)
         self.request_success.labels(**self.labels, finished_reason="ResponseType.FINISH")
         for i in range(draft_tokens):
             self.accepted_per_pos.labels(**self.labels, position=str(i))
