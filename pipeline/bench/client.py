@@ -23,11 +23,13 @@ from __future__ import annotations
 import asyncio
 import bisect
 import json
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..errors import Terminated
 from ..report.models import RequestRecord, TokenSource
 from ..workload import Mode, Prompt
 
@@ -427,3 +429,51 @@ async def run_requests(
 
         await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
     return own, time.perf_counter() - t0
+
+
+def run_async(coro: Any) -> Any:
+    """`asyncio.run(coro)`, but SIGTERM, SIGHUP and Ctrl-C cancel the running requests from inside the
+    event loop and then raise `Terminated` (or KeyboardInterrupt), as asyncio.run does for Ctrl-C alone. The
+    CLI's own handler raises `Terminated` wherever Python happens to be, which inside a task left that
+    task's exception unretrieved and asyncio logging a traceback at exit; here the loop winds down first,
+    so only the one error line remains."""
+    loop = asyncio.new_event_loop()
+    received: list[int] = []
+    previous: dict[int, Any] = {}
+
+    def cancel(signum: int) -> None:
+        received.append(signum)
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+
+    for name in ("SIGTERM", "SIGHUP", "SIGINT"):
+        sig = getattr(signal, name, None)
+        if sig is None or (name == "SIGINT" and signal.getsignal(sig) is not signal.default_int_handler):
+            continue
+        try:
+            previous[sig] = signal.getsignal(sig)
+            loop.add_signal_handler(sig, cancel, sig)
+        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread, or no support
+            previous.pop(sig, None)
+    try:
+        try:
+            return loop.run_until_complete(coro)
+        except asyncio.CancelledError:
+            if received and received[0] == signal.SIGINT:
+                raise KeyboardInterrupt from None
+            if received:
+                raise Terminated(received[0]) from None
+            raise
+    finally:
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            for sig, handler in previous.items():
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, handler)
+            loop.close()

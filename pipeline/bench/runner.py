@@ -10,7 +10,6 @@ sweep moves on, and Ctrl-C writes the partial report marked incomplete before th
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime as dt
 import os
@@ -51,7 +50,7 @@ from .analysis import (
     spread,
     step_cost,
 )
-from .client import RequestSpec, TokenCounter, load_token_counter, run_requests
+from .client import RequestSpec, TokenCounter, load_token_counter, run_async, run_requests
 from .limits import check_prompt_lengths
 from .metrics import Scrape, acceptance, scrape, server_check, settled_scrape
 from .request import BenchRequest
@@ -181,7 +180,7 @@ class RunContext:
         batch = [prompts[i % len(prompts)] for i in range(n)]
         w = Warmup(requests_per_pass=n, max_passes=b.warmup_passes, tolerance=b.warmup_tolerance)
         for _ in range(b.warmup_passes):
-            records, wall = asyncio.run(run_requests(base_url, spec, batch, concurrency=concurrency))
+            records, wall = run_async(run_requests(base_url, spec, batch, concurrency=concurrency))
             w.passes += 1
             ok = [r for r in records if r.ok]
             if not ok or wall <= 0:
@@ -224,7 +223,7 @@ class RunContext:
                 last = i == n_trials - 1
                 if last:
                     sampler.start()
-                recs, wall = asyncio.run(
+                recs, wall = run_async(
                     run_requests(
                         base_url, spec, self.workload.prompts, concurrency=run.concurrency, repeats=b.repeats,
                         trial=i, counter=self.counter, on_done=done, sink=run.requests,

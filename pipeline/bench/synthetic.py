@@ -124,150 +124,126 @@ def wait_until(target: float) -> None:
 
 
 def make_handler(args: argparse.Namespace, counters: Counters) -> type[BaseHTTPRequestHandler]:
-    """The request handler bound to one server's settings and counters."""
+    pattern = [int(x) for x in args.accept_pattern.split(",")]
 
-    class Handler(_Handler):
-        pass
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
 
-    Handler.args, Handler.counters = args, counters
-    Handler.pattern = [int(x) for x in args.accept_pattern.split(",")]
-    return Handler
+        def log_message(self, format: str, *a: Any) -> None:  # keep the log quiet
+            pass
 
+        def setup(self) -> None:
+            super().setup()
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    args: argparse.Namespace
-    counters: Counters
-    pattern: list[int]  # accepted drafts per verify step, cycled
+        def parse_request(self) -> bool:
+            # The request line has just been read: the schedule (TTFT) starts at the request's arrival.
+            self.t_arrive = time.perf_counter()
+            return super().parse_request()
 
-    def log_message(self, format: str, *a: Any) -> None:  # keep the log quiet
-        pass
+        def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
-    def setup(self) -> None:
-        super().setup()
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def parse_request(self) -> bool:
-        # The request line has just been read: the schedule (TTFT) starts at the request's arrival.
-        self.t_arrive = time.perf_counter()
-        return super().parse_request()
-
-    def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:
-        if self.path.startswith("/v1/models"):
-            self._send(
-                200, json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode()
-            )
-        elif self.path.startswith("/health"):
-            self._send(200, b"{}")
-        elif self.path.startswith("/metrics"):
-            self._send(200, self.counters.render().encode(), "text/plain; version=0.0.4")
-        else:
-            self._send(404, b'{"error": "not found"}')
-
-    def do_POST(self) -> None:
-        args, counters = self.args, self.counters
-        t_arrive = self.t_arrive
-        length = int(self.headers.get("Content-Length", 0))
-        body = json.loads(self.rfile.read(length) or b"{}")
-        with counters.lock:
-            counters.requests += 1
-            n_req = counters.requests
-        if args.die_after and n_req > args.die_after:
-            os._exit(3)
-        if args.fail_every and n_req % args.fail_every == 0:
-            self._send(500, b'{"error": {"message": "injected failure"}}')
-            return
-        chat = self.path.startswith("/v1/chat/completions")
-        prompt = json.dumps(body.get("messages") if chat else body.get("prompt"))
-        seed = int(hashlib.sha256(prompt.encode()).hexdigest()[:6], 16)
-        n = int(body.get("max_tokens") or 16)
-        words = [f" w{(seed + i * 7919) % 100000:05d}" for i in range(n)]  # fixed width: 7 chars a token
-        sizes = plan_chunks(
-            args.draft_tokens, n, self.pattern, args.tokens_per_chunk, args.first_chunk_tokens
-        )
-        jit = args.jit_s * (1 - (n_req - 1) / args.jit_requests) if n_req <= args.jit_requests else 0.0
-        if not body.get("stream"):
-            self._answer_whole(chat, prompt, words, sizes, jit)
-            return
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        self._answer_stream(chat, words, sizes, t_arrive + jit + args.ttft_s, include_usage)
-
-    def _answer_whole(self, chat: bool, prompt: str, words: list[str], sizes: list[int], jit: float) -> None:
-        """The non-streaming answer, sent when the whole schedule has elapsed."""
-        args, n = self.args, len(words)
-        time.sleep(jit + args.ttft_s + args.step_s * (len(sizes) - 1))
-        self._account(sizes, args.step_s * (len(sizes) - 1))
-        msg = {"role": "assistant", "content": "".join(words)}
-        whole: dict[str, Any] = {"index": 0, "finish_reason": "length"}
-        whole.update({"message": msg} if chat else {"text": msg["content"]})
-        usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": n, "total_tokens": n}
-        self._send(200, json.dumps({"id": "x", "choices": [whole], "usage": usage}).encode())
-
-    def _answer_stream(
-        self, chat: bool, words: list[str], sizes: list[int], t_first: float, include_usage: bool
-    ) -> None:
-        """The SSE answer: chunk j at `t_first + j × step_s`, with the injected faults on the way."""
-        args, n = self.args, len(words)
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.close_connection = True
-        obj = "chat.completion.chunk" if chat else "text_completion"
-        pos = 0
-        for j, size in enumerate(sizes):
-            if j == 1 and args.error_mid_stream:
-                err = {"error": {"message": "injected mid-stream error", "type": "internal_error"}}
-                self.wfile.write(b"data: " + json.dumps(err).encode() + b"\n\n")
-                self.wfile.flush()
-                return
-            if j == 1 and args.stall_s:
-                time.sleep(args.stall_s)
-                t_first += args.stall_s
-            text = "".join(words[pos : pos + size])
-            pos += size
-            last = j == len(sizes) - 1
-            choice: dict[str, Any] = {"index": 0, "finish_reason": "length" if last else None}
-            if chat:
-                choice["delta"] = {"content": text} if j else {"role": "assistant", "content": text}
+        def do_GET(self) -> None:
+            if self.path.startswith("/v1/models"):
+                self._send(
+                    200, json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode()
+                )
+            elif self.path.startswith("/health"):
+                self._send(200, b"{}")
+            elif self.path.startswith("/metrics"):
+                self._send(200, counters.render().encode(), "text/plain; version=0.0.4")
             else:
-                choice["text"] = text
-            chunk: dict[str, Any] = {"id": "x", "object": obj, "model": MODEL, "choices": [choice]}
-            if args.continuous_usage:
-                chunk["usage"] = {"prompt_tokens": 1, "completion_tokens": pos, "total_tokens": pos + 1}
-            wait_until(t_first + j * args.step_s)
-            if args.stamp:
-                chunk["specq_t"] = time.perf_counter()  # CLOCK_MONOTONIC on Linux: the client's clock
-                chunk["specq_arrive"] = self.t_arrive
-            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-            self.wfile.flush()
-        if include_usage:
-            usage = {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}
-            final = {"id": "x", "object": obj, "model": MODEL, "choices": [], "usage": usage}
-            self.wfile.write(b"data: " + json.dumps(final).encode() + b"\n\n")
-        self.wfile.write(b"data: [DONE]\n\n")
-        self.wfile.flush()
-        self._account(sizes, args.step_s * (len(sizes) - 1))
+                self._send(404, b'{"error": "not found"}')
 
-    def _account(self, sizes: list[int], decode_s: float) -> None:
-        draft_tokens = self.args.draft_tokens
-        d: dict[str, float] = {"gen": float(sum(sizes)), "reqs": 1.0, "decode_s": decode_s}
-        if draft_tokens > 0:
-            # The first chunk is the prefill's token; every later chunk is one verify step.
-            steps = sizes[1:]
-            d["drafts"] = float(len(steps))
-            d["draft_tokens"] = float(len(steps) * draft_tokens)
-            d["accepted"] = float(sum(s - 1 for s in steps))
-            for i in range(draft_tokens):
-                d[f"pos{i}"] = float(sum(1 for s in steps if s - 1 > i))
-        self.counters.add(d)
+        def do_POST(self) -> None:
+            t_arrive = self.t_arrive
+            length = int(self.headers.get("Content-Length", 0))
+            body = json.loads(self.rfile.read(length) or b"{}")
+            with counters.lock:
+                counters.requests += 1
+                n_req = counters.requests
+            if args.die_after and n_req > args.die_after:
+                os._exit(3)
+            if args.fail_every and n_req % args.fail_every == 0:
+                self._send(500, b'{"error": {"message": "injected failure"}}')
+                return
+            chat = self.path.startswith("/v1/chat/completions")
+            prompt = json.dumps(body.get("messages") if chat else body.get("prompt"))
+            seed = int(hashlib.sha256(prompt.encode()).hexdigest()[:6], 16)
+            n = int(body.get("max_tokens") or 16)
+            words = [f" w{(seed + i * 7919) % 100000:05d}" for i in range(n)]  # fixed width: 7 chars a token
+            sizes = plan_chunks(args.draft_tokens, n, pattern, args.tokens_per_chunk, args.first_chunk_tokens)
+            jit = args.jit_s * (1 - (n_req - 1) / args.jit_requests) if n_req <= args.jit_requests else 0.0
+            if not body.get("stream"):
+                time.sleep(jit + args.ttft_s + args.step_s * (len(sizes) - 1))
+                self._account(sizes, args.step_s * (len(sizes) - 1))
+                msg = {"role": "assistant", "content": "".join(words)}
+                whole: dict[str, Any] = {"index": 0, "finish_reason": "length"}
+                whole.update({"message": msg} if chat else {"text": msg["content"]})
+                usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": n, "total_tokens": n}
+                self._send(200, json.dumps({"id": "x", "choices": [whole], "usage": usage}).encode())
+                return
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            obj = "chat.completion.chunk" if chat else "text_completion"
+            pos = 0
+            t_first = t_arrive + jit + args.ttft_s
+            for j, size in enumerate(sizes):
+                if j == 1 and args.error_mid_stream:
+                    err = {"error": {"message": "injected mid-stream error", "type": "internal_error"}}
+                    self.wfile.write(b"data: " + json.dumps(err).encode() + b"\n\n")
+                    self.wfile.flush()
+                    return
+                if j == 1 and args.stall_s:
+                    time.sleep(args.stall_s)
+                    t_first += args.stall_s
+                text = "".join(words[pos : pos + size])
+                pos += size
+                last = j == len(sizes) - 1
+                choice: dict[str, Any] = {"index": 0, "finish_reason": "length" if last else None}
+                if chat:
+                    choice["delta"] = {"content": text} if j else {"role": "assistant", "content": text}
+                else:
+                    choice["text"] = text
+                chunk: dict[str, Any] = {"id": "x", "object": obj, "model": MODEL, "choices": [choice]}
+                if args.continuous_usage:
+                    chunk["usage"] = {"prompt_tokens": 1, "completion_tokens": pos, "total_tokens": pos + 1}
+                wait_until(t_first + j * args.step_s)
+                if args.stamp:
+                    chunk["specq_t"] = time.perf_counter()  # CLOCK_MONOTONIC on Linux: the client's clock
+                    chunk["specq_arrive"] = t_arrive
+                self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                self.wfile.flush()
+            if include_usage:
+                usage = {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}
+                final = {"id": "x", "object": obj, "model": MODEL, "choices": [], "usage": usage}
+                self.wfile.write(b"data: " + json.dumps(final).encode() + b"\n\n")
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+            self._account(sizes, args.step_s * (len(sizes) - 1))
+
+        def _account(self, sizes: list[int], decode_s: float) -> None:
+            d: dict[str, float] = {"gen": float(sum(sizes)), "reqs": 1.0, "decode_s": decode_s}
+            if args.draft_tokens > 0:
+                # The first chunk is the prefill's token; every later chunk is one verify step.
+                steps = sizes[1:]
+                d["drafts"] = float(len(steps))
+                d["draft_tokens"] = float(len(steps) * args.draft_tokens)
+                d["accepted"] = float(sum(s - 1 for s in steps))
+                for i in range(args.draft_tokens):
+                    d[f"pos{i}"] = float(sum(1 for s in steps if s - 1 > i))
+            counters.add(d)
+
+    return Handler
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
