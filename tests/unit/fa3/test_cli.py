@@ -144,19 +144,15 @@ def _env(**extra: str) -> dict[str, str]:
     return env | extra
 
 
+def _build_sm90(cli, checkout: Path, model: Path, *extra: str, env: dict[str, str] | None = None):
+    """`specq fa3 build --source CHECKOUT MODEL --arch sm90 EXTRA…`: (code, stdout, stderr)."""
+    return cli("fa3", "build", "--source", str(checkout), str(model), "--arch", "sm90", *extra, env=env)
+
+
 def test_no_nvcc_exits_4(cli, checkout: Path, models, tmp_path: Path) -> None:
     empty = tmp_path / "no-cuda"
     empty.mkdir()
-    code, _, err = cli(
-        "fa3",
-        "build",
-        "--source",
-        str(checkout),
-        str(models[0]),
-        "--arch",
-        "sm90",
-        env=_env(CUDA_HOME=str(empty), PATH=str(tmp_path)),
-    )
+    code, _, err = _build_sm90(cli, checkout, models[0], env=_env(CUDA_HOME=str(empty), PATH=str(tmp_path)))
     line = _one_error_line(err)
     assert code == 4 and line.startswith("specq: error: no nvcc") and "CUDA toolkit 12.3" in line
 
@@ -165,31 +161,13 @@ def test_no_nvcc_on_path_exits_4(cli, checkout: Path, models, tmp_path: Path) ->
     """Nothing on PATH, no CUDA_HOME: /usr/local/cuda is torch's last resort, so only where it is absent."""
     if Path("/usr/local/cuda").is_dir():
         pytest.skip("/usr/local/cuda exists here: torch (and specq) would use its nvcc")
-    code, _, err = cli(
-        "fa3",
-        "build",
-        "--source",
-        str(checkout),
-        str(models[0]),
-        "--arch",
-        "sm90",
-        env=_env(PATH=str(tmp_path)),
-    )
+    code, _, err = _build_sm90(cli, checkout, models[0], env=_env(PATH=str(tmp_path)))
     assert code == 4 and "nvcc is not on PATH" in _one_error_line(err)
 
 
 def test_cuda_older_than_12_3_exits_4(cli, checkout: Path, models, tmp_path: Path) -> None:
     home = fake_nvcc(tmp_path, "12.1")
-    code, _, err = cli(
-        "fa3",
-        "build",
-        "--source",
-        str(checkout),
-        str(models[0]),
-        "--arch",
-        "sm90",
-        env=_env(CUDA_HOME=str(home)),
-    )
+    code, _, err = _build_sm90(cli, checkout, models[0], env=_env(CUDA_HOME=str(home)))
     assert code == 4 and "CUDA 12.1: FlashAttention-3 needs CUDA 12.3 or newer" in _one_error_line(err)
 
 
@@ -199,16 +177,7 @@ def test_torch_without_cuda_exits_4(cli, checkout: Path, models, tmp_path: Path)
     if torch.version.cuda is not None:
         pytest.skip("this torch has CUDA")
     home = fake_nvcc(tmp_path, "12.8")
-    code, _, err = cli(
-        "fa3",
-        "build",
-        "--source",
-        str(checkout),
-        str(models[0]),
-        "--arch",
-        "sm90",
-        env=_env(CUDA_HOME=str(home)),
-    )
+    code, _, err = _build_sm90(cli, checkout, models[0], env=_env(CUDA_HOME=str(home)))
     assert code == 4 and "has no CUDA" in _one_error_line(err)
 
 
@@ -217,27 +186,14 @@ def test_torch_that_does_not_import_exits_4(cli, checkout: Path, models, tmp_pat
     `ImportError: libcudnn.so.9`) is named as the environment problem, not reported as a bug."""
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
     home = fake_nvcc(tmp_path, "12.8")
-    code, _, err = cli(
-        "fa3", "build", "--source", str(checkout), str(models[0]), "--arch", "sm90",
-        env=_env(CUDA_HOME=str(home)),
-    )  # fmt: skip
+    code, _, err = _build_sm90(cli, checkout, models[0], env=_env(CUDA_HOME=str(home)))
     assert code == 4 and "does not import (ModuleNotFoundError" in _one_error_line(err)
 
 
 def test_dry_run_notes_what_a_build_would_stop_on(cli, checkout: Path, models, tmp_path: Path) -> None:
     empty = tmp_path / "no-cuda"
     empty.mkdir()
-    code, out, err = cli(
-        "fa3",
-        "build",
-        "--source",
-        str(checkout),
-        str(models[0]),
-        "--arch",
-        "sm90",
-        "--dry-run",
-        env=_env(CUDA_HOME=str(empty)),
-    )
+    code, out, err = _build_sm90(cli, checkout, models[0], "--dry-run", env=_env(CUDA_HOME=str(empty)))
     assert code == 0 and "a build here would stop: no nvcc" in err and "setup.py build_ext" in out
 
 
@@ -249,16 +205,5 @@ def test_no_check_without_out_exits_2(cli, checkout: Path, models) -> None:
 
 
 def test_bad_jobs_exits_2(cli, checkout: Path, models) -> None:
-    code, _, err = cli(
-        "fa3",
-        "build",
-        "--source",
-        str(checkout),
-        str(models[0]),
-        "--arch",
-        "sm90",
-        "--jobs",
-        "0",
-        "--dry-run",
-    )
+    code, _, err = _build_sm90(cli, checkout, models[0], "--jobs", "0", "--dry-run")
     assert code == 2 and "--jobs 0" in _one_error_line(err)
