@@ -16,7 +16,12 @@ time and output; `sweeps.md` the tables):
 - doctor: `specq doctor --json` (after fa3, so its FlashAttention-3 entry names what was built).
 - awq: `specq convert ROOT/gptq --to awq` — the GPTQ checkpoint (gptqmodel, own calibration data, made on
   CPU because the GPU machine has no quantization backend) repacked for LMDeploy's PyTorch engine.
-- draft: `specq draft train TARGET --device cuda --block-size 16` per size (the medium one on more data).
+- quant: `specq quantize MEDIUM --method awq --quant-backend autoawq --device cuda --calib FILE` — the medium
+  toy cannot be trained on the CPU machine, so its AWQ target is made here, on specq's own calibration file
+  (`--calib`, default ROOT/calib.jsonl), with autoawq (pure Python: carried as source with `datasets`).
+- draft: `specq draft train TARGET --device cuda --block-size 16` per size (the medium one on more data,
+  half of it framed as chat turns: `draft.chat_fraction`). An AWQ target's bench reuses its size's drafter
+  (serve writes the fp16 copy LMDeploy needs).
 - bench: `specq bench … --engine lmdeploy --backend pytorch --method dflash --draft-tokens LIST` for every
   target (bf16 per size, and the AWQ small target) against its k = 0 baseline.
 - plan: `specq plan … --engine lmdeploy` against the NVML peak each bench baseline recorded.
@@ -35,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-STEPS = ("toy", "fa3", "doctor", "awq", "draft", "bench", "plan", "tests")
+STEPS = ("toy", "fa3", "doctor", "awq", "quant", "draft", "bench", "plan", "tests")
 
 
 def specq(*args: str) -> list[str]:
@@ -109,19 +114,22 @@ def main() -> int:
         "--fa3-source", type=Path, help="a flash-attention checkout (the directory holding hopper/)"
     )
     ap.add_argument("--small-root", type=Path, help="ROOT/model and ROOT/gptq from gptq_for_gpu_check.py")
+    ap.add_argument("--calib", type=Path, help="calibration JSONL for quant (default: ROOT/calib.jsonl)")
     ap.add_argument("--draft-tokens", default="3,5,7,11,15")
     ap.add_argument("--bench-targets", help="bench only these targets (e.g. small-awq); default: all")
     ap.add_argument("--quick", action="store_true", help="fewer requests and draft steps")
+    ap.add_argument("--summary", default="summary.json", help="file under --out that step results append to")
     args = ap.parse_args()
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     steps, sizes = args.steps.split(","), args.sizes.split(",")
     requests, tokens = ("4", "64") if args.quick else ("8", "128")
-    results: list[dict] = []
+    summary = out / args.summary  # appended to: several invocations may share one --out
+    results: list[dict] = json.loads(summary.read_text()) if summary.exists() else []
 
     def record(res: dict) -> dict:
         results.append(res)
-        (out / "summary.json").write_text(json.dumps(results, indent=1))
+        summary.write_text(json.dumps(results, indent=1))
         return res
 
     targets: dict[str, Path] = {}
@@ -132,6 +140,8 @@ def main() -> int:
             targets[size] = out / f"toy-{size}" / "target"
     if "small" in sizes and args.small_root:
         targets["small-awq"] = out / "small-awq"
+    if "medium" in sizes:
+        targets["medium-awq"] = out / "medium-awq"
     drafters = {name: out / f"dflash-{name.split('-')[0]}" for name in targets}
 
     if "toy" in steps:
@@ -157,6 +167,13 @@ def main() -> int:
         )
         if not targets["small-awq"].exists():
             record(run_step("awq", cmd, out, 300))
+    calib = args.calib or (args.small_root / "calib.jsonl" if args.small_root else None)
+    if "quant" in steps and "medium-awq" in targets and calib and not targets["medium-awq"].exists():
+        cmd = specq(
+            "quantize", str(targets["medium"]), "--method", "awq", "--quant-backend", "autoawq",
+            "--device", "cuda", "--calib", str(calib), "--out", str(targets["medium-awq"]), "--json",
+        )  # fmt: skip
+        record(run_step("quant-medium", cmd, out, 600))
     if "draft" in steps:
         for size in sizes:
             if drafters[size].exists():
@@ -214,7 +231,7 @@ def main() -> int:
             "-p", "no:cacheprovider", f"--junitxml={out / 'gpu-tests.xml'}",
         ]  # fmt: skip
         record(run_step("tests", cmd, out, 900, env))
-    (out / "summary.json").write_text(json.dumps(results, indent=1))
+    summary.write_text(json.dumps(results, indent=1))
     return 0 if all(r["exit"] == 0 for r in results) else 1
 
 

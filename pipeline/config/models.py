@@ -301,6 +301,10 @@ class DraftSection(Section):
     anchors: int = Field(16, ge=1, description="query blocks per sequence per step")
     samples: int = Field(128, ge=1, description="training sequences")
     prompt_tokens: int = Field(32, ge=4, description="prompt tokens before the target's continuation")
+    chat_fraction: float = Field(
+        0.5, ge=0, le=1,
+        description="share of self-distilled prompts sent as a chat user turn through the target's template",
+    )  # fmt: skip
     gen_tokens: int = Field(96, ge=4, description="tokens the target generates per training sequence")
     eval_prompts: int = Field(16, ge=1, description="held-out prompts for the offline acceptance")
     eval_tokens: int = Field(64, ge=4, description="greedy target tokens scored per held-out prompt")

@@ -147,6 +147,44 @@ class Target:
             ids = ids["input_ids"]
         return [int(i) for i in ids]
 
+    def chat_frame(self) -> tuple[list[int], list[int]] | None:
+        """The token ids the chat template puts before and after a user turn's text (generation prompt
+        included), or None without a template. Found by rendering a marker message and splitting there."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            return None
+        marker = "\u2063SPECQ\u2063"
+        text = self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": marker}], add_generation_prompt=True, tokenize=False
+        )
+        if not isinstance(text, str) or text.count(marker) != 1:
+            return None
+        head, tail = text.split(marker)
+        ids = [self.tokenizer(part, add_special_tokens=False)["input_ids"] for part in (head, tail)]
+        return ids[0], ids[1]
+
+    def chat_wrap(self, windows: list[list[int]], fraction: float) -> tuple[list[list[int]], int]:
+        """Every 1/fraction-th window (evenly spread) framed as a chat user turn, trimmed so that every
+        prompt keeps its length: served chat requests continue after the assistant header, and a drafter
+        trained only on raw text never sees that context. Returns the prompts and how many were framed."""
+        frame = self.chat_frame() if fraction > 0 else None
+        if frame is None or not windows:
+            return windows, 0
+        head, tail = frame
+        length = len(windows[0])
+        room = length - len(head) - len(tail)
+        if room < 4:
+            return windows, 0
+        out, framed, acc = [], 0, 0.0
+        for w in windows:
+            acc += fraction
+            if acc >= 1.0 - 1e-9:
+                acc -= 1.0
+                out.append(head + w[:room] + tail)
+                framed += 1
+            else:
+                out.append(w)
+        return out, framed
+
     def encode(self, texts: list[str]) -> list[list[int]]:
         return [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 

@@ -51,7 +51,11 @@ def _sequences(target: Any, texts: list[str], cfg: DraftSection, block_size: int
         prompts = target.windows(texts, cfg.prompt_tokens, cfg.samples, stride=cfg.prompt_tokens)
         if not prompts:
             raise InputError(f"no training text has {cfg.prompt_tokens} tokens")
-        progress(f"self-distillation: {len(prompts)} prompts × {cfg.gen_tokens} greedy target tokens")
+        prompts, framed = target.chat_wrap(prompts, cfg.chat_fraction)
+        progress(
+            f"self-distillation: {len(prompts)} prompts ({framed} as chat turns) × {cfg.gen_tokens} greedy"
+            " target tokens"
+        )
         return target.greedy_continue(prompts, cfg.gen_tokens), cfg.prompt_tokens
     import torch
 

@@ -96,3 +96,20 @@ def test_eval_on_a_bench_suite_walks_the_served_path(drafter, cli) -> None:
     assert len(walk) == 7 and all(1.0 <= t <= k + 1 for k, t in enumerate(walk, start=1))
     assert walk == sorted(walk)
     assert len(report.eval.walk_tau) == 7 and report.eval.workload == "held-out text"
+
+
+def test_self_distillation_frames_a_share_of_prompts_as_chat_turns(toy_pair) -> None:
+    from specq.pipeline.draft.data import Target
+
+    target = Target(toy_pair.target, "cpu")
+    windows = target.windows(["def f(x):\n    return x + 1\n" * 40], 32, 8, stride=32)
+    assert len(windows) == 8
+    out, framed = target.chat_wrap(windows, 0.5)
+    assert framed == 4 and len(out) == 8
+    assert all(len(p) == 32 for p in out)  # equal lengths: the prompts are continued as one batch
+    chats = [p for p in out if p not in windows]
+    assert len(chats) == 4
+    for p in chats:
+        text = target.tokenizer.decode(p)
+        assert text.startswith("<|im_start|>user\n") and text.endswith("<|im_start|>assistant\n")
+    assert target.chat_wrap(windows, 0.0) == (windows, 0)
