@@ -1,9 +1,9 @@
 """What the headline speedup measures, against the synthetic server (real HTTP, known schedule) with a time to
 first token that is large next to decoding, as on the H200 (there about 25 ms of a 110 ms request): TTFT
-40 ms, then the baseline decodes one token every 5 ms and the speculative run four tokens per 5 ms step. The
-modelled decode speedup is 4.0x; end to end, each request's 40 ms TTFT (which speculation does not shorten)
-pulls it down to about 2.5x. The default headline is the decode rate's, with the end-to-end figure beside
-it; `--headline e2e` switches the headline, best k and the gates to the end-to-end figure."""
+80 ms, then the baseline decodes one token every 10 ms and the speculative run four tokens per 10 ms step.
+The modelled decode speedup is 4.0x; end to end, each request's 80 ms TTFT (which speculation does not
+shorten) pulls it down to about 2.5x. The default headline is the decode rate's, with the end-to-end figure
+beside it; `--headline e2e` switches the headline, best k and the gates to the end-to-end figure."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from specq.pipeline.report.compare import enforce_gates, evaluate_gates
 pytestmark = pytest.mark.integration
 K = 3
 MAX_TOKENS = 33  # the first token at TTFT, then 32: 32 plain steps or 8 speculative steps of 4 tokens
-TTFT, STEP = 0.040, 0.005
+TTFT, STEP = 0.080, 0.010
 SERVER = ["--ttft-s", str(TTFT), "--step-s", str(STEP), "--accept-pattern", str(K)]  # every draft accepted
 
 
@@ -31,8 +31,8 @@ def decode_s(k: int) -> float:
     return (len(plan_chunks(k, MAX_TOKENS, [K], 1)) - 1) * STEP
 
 
-MODELLED_DECODE_SPEEDUP = decode_s(0) / decode_s(K)  # 0.160 / 0.040 s = 4.0
-E2E_PREDICTED = (TTFT + decode_s(0)) / (TTFT + decode_s(K))  # 0.200 / 0.080 s = 2.5
+MODELLED_DECODE_SPEEDUP = decode_s(0) / decode_s(K)  # 0.320 / 0.080 s = 4.0
+E2E_PREDICTED = (TTFT + decode_s(0)) / (TTFT + decode_s(K))  # 0.400 / 0.160 s = 2.5
 
 
 def config(tmp_path, **bench) -> SpecqConfig:
@@ -58,9 +58,8 @@ def test_the_headline_is_the_decode_rate_speedup_with_the_end_to_end_figure_besi
         assert len(run.trials) == 3 and all(t.decode_tokens_per_s for t in run.trials)
         assert run.decode_throughput.median == run.aggregate.decode_rate_tokens_per_s
         # the client decode rate leaves the first token out, as the server's counters do: they agree (the
-        # client's interval also holds the stream's tail after the last token, about a millisecond)
-        c = run.consistency
-        assert abs(c.decode_rel_diff or 1) < 0.05, c
+        # client's interval also holds the stream's tail after the last token, 1-2 ms)
+        assert abs(run.consistency.decode_rel_diff or 1) < 0.10, run.consistency
     # the decode-rate speedup is the schedule's, and it is the headline's figure
     assert spec.decode_rate_speedup == pytest.approx(MODELLED_DECODE_SPEEDUP, rel=0.05)
     assert spec.speedup == spec.decode_rate_speedup and spec.speedup_low == spec.decode_rate_speedup_low
@@ -71,17 +70,17 @@ def test_the_headline_is_the_decode_rate_speedup_with_the_end_to_end_figure_besi
     assert spec.speedup == pytest.approx(spec.decode_speedup, rel=0.05)
     # end to end is lower by what TTFT predicts: each request takes its TTFT plus its decode time, 2.5x
     # (a little less: the wall time also holds the client's own cost per request, which speculation does
-    # not shorten either — a new connection, 2-3 ms here, and the stream's tail; measured 2.34-2.41x)
+    # not shorten either — a new connection, 2-3 ms here, and the stream's tail)
     ttft_b, ttft_s = base.aggregate.ttft_s.p50, spec.aggregate.ttft_s.p50
-    assert ttft_b == pytest.approx(TTFT, abs=0.003) and ttft_s == pytest.approx(TTFT, abs=0.003)
-    assert spec.e2e_speedup == pytest.approx(E2E_PREDICTED, rel=0.08)
+    assert ttft_b == pytest.approx(TTFT, abs=0.006) and ttft_s == pytest.approx(TTFT, abs=0.006)
+    assert 0.85 * E2E_PREDICTED < spec.e2e_speedup < 1.02 * E2E_PREDICTED
     assert spec.e2e_speedup < 0.7 * spec.speedup
     h = report.headline
     assert h is not None and h.reliable and h.basis == "decode" and h.speedup == spec.speedup
     assert h.e2e_speedup == spec.e2e_speedup and h.ttft_p50_s == ttft_s
     assert h.text.startswith(f"headline: k={K}@c1 decode-rate speedup {spec.speedup:.2f}x over baseline")
     assert "(TTFT excluded; median of 3/3 steady trials, range " in h.text
-    assert re.search(rf"; end to end {spec.e2e_speedup:.2f}x incl\. TTFT p50 4\d ms", h.text)
+    assert re.search(rf"; end to end {spec.e2e_speedup:.2f}x incl\. TTFT p50 8\d ms", h.text)
     # the gate used the decode-rate speedup's conservative end: 3.0x passes (end to end would not)
     gate = report.gates[0]
     assert gate.passed and gate.basis == "lowest decode-rate speedup over the trials", gate.reason
@@ -106,11 +105,11 @@ def test_headline_e2e_switches_the_headline_and_the_gates(tmp_path):
     _, spec = report.runs
     assert report.speedup_basis == "e2e" and spec.speedup == spec.e2e_speedup
     assert spec.decode_rate_speedup == pytest.approx(MODELLED_DECODE_SPEEDUP, rel=0.05)  # still reported
-    assert spec.speedup == pytest.approx(E2E_PREDICTED, rel=0.08)
+    assert 0.85 * E2E_PREDICTED < spec.speedup < 1.02 * E2E_PREDICTED
     h = report.headline
     assert h is not None and h.basis == "e2e" and h.speedup == spec.e2e_speedup
     assert h.text.startswith(f"headline: k={K}@c1 end-to-end speedup {spec.speedup:.2f}x over baseline")
-    assert re.search(r"\(TTFT p50 4\d ms included; median of 2/2 steady trials", h.text)
+    assert re.search(r"\(TTFT p50 8\d ms included; median of 2/2 steady trials", h.text)
     assert f"; decode rate {spec.decode_rate_speedup:.2f}x" in h.text
     # the same 3.0x bar the decode rate passed fails end to end: exit 3, the reason names the basis
     gate = report.gates[0]
