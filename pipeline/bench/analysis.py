@@ -239,7 +239,7 @@ def headline(report: BenchReport) -> Headline | None:
 def step_cost(base: Run, run: Run) -> None:
     """The measured cost of one speculative step in plain steps: τ over the decode-rate speedup, i.e.
     (spec step time) / (plain step time). The decode rates are the server's when both runs have one, else
-    the client's (Σ tokens / Σ (e2e − TTFT))."""
+    the client's (Σ (tokens − 1) / Σ (e2e − TTFT))."""
     sb, sr = base.server, run.server
     if sb and sr and sb.server_decode_tokens_per_s and sr.server_decode_tokens_per_s:
         run.decode_speedup = sr.server_decode_tokens_per_s / sb.server_decode_tokens_per_s
