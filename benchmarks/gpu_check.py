@@ -67,29 +67,41 @@ def run_step(name: str, cmd: list[str], out: Path, timeout: float, env: dict[str
 
 
 def sweep_table(report: dict[str, Any]) -> list[str]:
-    """Markdown rows of one bench report: the figures the verification record asks for."""
+    """Markdown rows of one bench report: the figures the verification record asks for — the headline
+    (client decode-rate) speedup next to the server's decode-rate speedup and how far apart they are (issue
+    16: within 5 % for every k), and the end-to-end figure beside them."""
     rows = [
-        "| k | tok/s (client) | speedup | server decode tok/s | decode-rate speedup | τ | acceptance by "
-        "position | lossless | J/token |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| k | decode tok/s (client) | speedup (headline, decode rate) | e2e tok/s | e2e speedup "
+        "| server decode tok/s | server decode-rate speedup | headline vs server | τ "
+        "| acceptance by position | lossless | J/token |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     runs = [r for r in report["runs"] if r.get("status") == "ok"]
     base = next((r for r in runs if r["draft_tokens"] == 0), None)
     base_dec = ((base or {}).get("server") or {}).get("server_decode_tokens_per_s")
+
+    def x(v: float | None, low: float | None = None, high: float | None = None) -> str:
+        if not v:
+            return "–"
+        return f"{v:.2f}×" + (f" ({low:.2f}-{high:.2f}×)" if low and high else "")
+
     for r in runs:
         agg, srv, acc = r.get("aggregate") or {}, r.get("server") or {}, r.get("acceptance") or {}
         dec = srv.get("server_decode_tokens_per_s")
-        ratio = f"{dec / base_dec:.2f}×" if dec and base_dec and r is not base else "–"
+        server_x = dec / base_dec if dec and base_dec and r is not base else None
+        head = r.get("decode_rate_speedup")
+        apart = f"{head / server_x - 1:+.1%}" if head and server_x else "–"
         pp = " / ".join(f"{p:.2f}" for p in acc.get("per_position") or []) or "–"
         loss = (r.get("lossless") or {}).get("exact_match_rate")
         jpt = (r.get("telemetry") or {}).get("joules_per_output_token")
-        speedup = f"{r['speedup']:.2f}×" if r.get("speedup") else "–"
         tau = f"{acc['acceptance_length']:.2f}" if acc.get("acceptance_length") else "–"
         lossless = f"{loss:.0%}" if loss is not None else "–"
         joules = f"{jpt:.3f}" if jpt else "–"
         rows.append(
-            f"| {r['draft_tokens']} | {agg.get('output_tokens_per_s') or 0:.1f} | {speedup} | "
-            f"{dec or 0:.1f} | {ratio} | {tau} | {pp} | {lossless} | {joules} |"
+            f"| {r['draft_tokens']} | {agg.get('decode_rate_tokens_per_s') or 0:.1f} | "
+            f"{x(head, r.get('decode_rate_speedup_low'), r.get('decode_rate_speedup_high'))} | "
+            f"{agg.get('output_tokens_per_s') or 0:.1f} | {x(r.get('e2e_speedup'))} | {dec or 0:.1f} | "
+            f"{x(server_x)} | {apart} | {tau} | {pp} | {lossless} | {joules} |"
         )
     failed = [r for r in report["runs"] if r.get("status") != "ok"]
     rows += [f"| {r['draft_tokens']} | {r['status']}: {r.get('reason')} |" for r in failed]

@@ -70,6 +70,9 @@ def bench(
     ] = None,
     gpu_bandwidth: Annotated[float | None, Opt("--gpu-bandwidth", help="GB/s for the roofline.")] = None,
     out_dir: OutOpt = None,
+    headline: Annotated[
+        str | None, Opt("--headline", help="Speedup basis: decode (default, no TTFT) | e2e.")
+    ] = None,
     min_speedup: Annotated[float | None, Opt("--min-speedup", help="Gate: best k's speedup ≥ X.")] = None,
     baseline_report: Annotated[
         str | None, Opt("--baseline-report", help="Gate: an older report.json.")
@@ -83,8 +86,9 @@ def bench(
     """Benchmark tokens/s, per-token latency, acceptance (from /metrics), NVML telemetry and the best
     draft-token count; a sweep restarts the server for every k next to a k = 0 baseline. Every run warms
     up to steady state, is measured in --trials trials (median and spread) and checked against the
-    server's own counters. Writes report.json, runs.csv, summary.md and plots to the --out directory. Gates
-    exit 3 (on the conservative end of the trials); a run that measured nothing exits 5.
+    server's own counters. The headline speedup is the decode rate's (--headline e2e: end to end, TTFT
+    included); both are reported. Writes report.json, runs.csv, summary.md and plots to the --out directory.
+    Gates exit 3 (on the conservative end of the trials); a run that measured nothing exits 5.
 
     Example: specq bench ./target --draft-model ./draft --draft-tokens 3..6 --min-speedup 1.2
     """
@@ -104,7 +108,7 @@ def bench(
             warmup_tolerance=warmup_tolerance, trials=trials, consistency_tolerance=consistency_tolerance,
             repeats=repeats, temperature=temperature, seed=seed, ignore_eos=ignore_eos, tokenizer=tokenizer,
             request_timeout_s=timeout, max_error_rate=max_error_rate, gpu_bandwidth_gbps=gpu_bandwidth,
-            out=out_dir, min_speedup=min_speedup, baseline_report=baseline_report,
+            out=out_dir, headline=headline, min_speedup=min_speedup, baseline_report=baseline_report,
             max_regression=max_regression,
         ),
     )  # fmt: skip

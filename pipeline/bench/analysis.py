@@ -1,8 +1,8 @@
 """What the benchmark computes from its records: per-run aggregates (mean/p50/p90/p99 of TTFT, latency,
-per-token ITL, TPOT, tokens/s), the self-consistency of client and server figures, the median and spread
-over trials, the roofline fraction of AR runs, the lossless check of speculative runs against the baseline,
-speedups and the step cost, and the best-k prediction through the shared speedup model
-(`specq.pipeline.speedup`)."""
+per-token ITL, TPOT, tokens/s, the client decode rate), the self-consistency of client and server figures,
+the median and spread over trials, the roofline fraction of AR runs, the lossless check of speculative runs
+against the baseline, speedups on both bases (decode rate, end to end) and the step cost, the headline, and
+the best-k prediction through the shared speedup model (`specq.pipeline.speedup`)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from ..report.models import (
     BestK,
     Consistency,
     Headline,
+    HeadlineBasis,
     Lossless,
     RequestRecord,
     Roofline,
@@ -25,6 +26,7 @@ from ..report.models import (
     Spread,
     Stats,
 )
+from ..report.rates import BASIS_NAMES, client_decode_rate, run_rate, trial_rate
 from ..speedup import StepCost, best_k, expected_tokens_per_step, predict_speedup
 from .client import TokenCounter, per_token_latencies
 
@@ -63,6 +65,7 @@ def aggregate(records: Sequence[RequestRecord], wall_s: float) -> RunAggregate:
         duration_s=wall_s,
         output_tokens=out_tokens,
         output_tokens_per_s=out_tokens / wall_s if wall_s > 0 and ok else None,
+        decode_rate_tokens_per_s=client_decode_rate(ok),
         request_tokens_per_s=Stats.of(req_tps),
         decode_tokens_per_s=Stats.of(dec_tps),
         ttft_s=Stats.of([r.ttft_s for r in ok if r.ttft_s is not None]),
@@ -73,13 +76,6 @@ def aggregate(records: Sequence[RequestRecord], wall_s: float) -> RunAggregate:
         token_count_mismatches=sum(1 for r in ok if r.token_count_mismatch),
         chunk_token_sources=sources,
     )
-
-
-def client_decode_rate(records: Sequence[RequestRecord]) -> float | None:
-    """Σ output tokens / Σ (e2e − TTFT): the client's figure comparable to a server's decode counters."""
-    toks = sum(r.output_tokens or 0 for r in records if r.ok)
-    time_s = sum((r.e2e_s or 0) - (r.ttft_s or 0) for r in records if r.ok and r.ttft_s is not None)
-    return toks / time_s if time_s > 0 else None
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -101,10 +97,11 @@ def consistency(
 ) -> Consistency | None:
     """The client's figures against the server's counters over the same requests. Three checks, each a
     relative difference against `tolerance`: output tokens (client usage vs the server's generation
-    counter), decode rate (Σ tokens / Σ (e2e − TTFT) vs generation tokens / Σ decode time), and output rate
-    (client tokens / wall vs what the server's decode rate implies: every request taking `ttft_ref_s` —
-    the run's median TTFT — plus its tokens at the server's decode rate, at the run's own overlap
-    Σ e2e / wall). None when the server exports neither counter."""
+    counter), decode rate (the headline's Σ (tokens − 1) / Σ (e2e − TTFT) vs the server's tokens after each
+    request's first / Σ decode time), and output rate (client tokens / wall vs what the server's decode rate
+    implies: every request taking `ttft_ref_s` — the run's median TTFT — for its first token plus the rest
+    at the server's decode rate, at the run's own overlap Σ e2e / wall). None when the server exports
+    neither counter."""
     if server is None or (server.generation_tokens is None and server.server_decode_tokens_per_s is None):
         return None
     ok = [r for r in records if r.ok and r.e2e_s]
@@ -122,7 +119,7 @@ def consistency(
         if ttft is None:
             ttft = _median([r.ttft_s for r in ok if r.ttft_s is not None])
         if rate and ttft is not None:
-            implied_e2e = sum(ttft + (r.output_tokens or 0) / rate for r in ok)
+            implied_e2e = sum(ttft + max((r.output_tokens or 0) - 1, 0) / rate for r in ok)
             actual_e2e = sum(r.e2e_s or 0.0 for r in ok)
             if implied_e2e > 0:
                 c.implied_output_tokens_per_s = c.client_output_tokens_per_s * actual_e2e / implied_e2e
@@ -155,27 +152,46 @@ def spread(values: Sequence[float], used: Sequence[float]) -> Spread:
     )  # fmt: skip
 
 
-def used_rates(run: Run) -> list[float]:
-    """The trial rates behind a run's headline tok/s: its steady trials', else all of them."""
-    rates = [t.output_tokens_per_s for t in run.trials if t.output_tokens_per_s is not None]
-    steady = [t.output_tokens_per_s for t in run.trials if t.steady and t.output_tokens_per_s is not None]
+def used_rates(run: Run, basis: HeadlineBasis = "e2e") -> list[float]:
+    """The trial rates behind a run's tok/s on `basis`: its steady trials', else all of them."""
+    rates = [r for t in run.trials if (r := trial_rate(t, basis)) is not None]
+    steady = [r for t in run.trials if t.steady and (r := trial_rate(t, basis)) is not None]
     if steady or rates:
         return steady or rates
-    return [run.aggregate.output_tokens_per_s] if run.aggregate.output_tokens_per_s else []
+    one = run_rate(run, basis)
+    return [one] if one else []
 
 
-def speedup_range(base: Run, run: Run) -> tuple[float | None, float | None]:
+def speedup_range(base: Run, run: Run, basis: HeadlineBasis = "e2e") -> tuple[float | None, float | None]:
     """(lowest, highest) speedup the trials allow: the run's slowest trial over the baseline's fastest, and
     its fastest over the baseline's slowest. The low end is what the gates use."""
-    rb, rr = used_rates(base), used_rates(run)
+    rb, rr = used_rates(base, basis), used_rates(run, basis)
     if not rb or not rr or min(rb) <= 0:
         return None, None
     return min(rr) / max(rb), max(rr) / min(rb)
 
 
+def speedups(base: Run, run: Run, basis: HeadlineBasis) -> None:
+    """Fill `run`'s speedups over `base` on both bases (median over median, and the trials' range), and
+    `run.speedup` with the one on `basis`."""
+    figures: dict[str, tuple[float | None, float | None, float | None]] = {}
+    bases: tuple[HeadlineBasis, ...] = ("e2e", "decode")
+    for b in bases:
+        rb, rr = run_rate(base, b), run_rate(run, b)
+        if not rb or rr is None:
+            figures[b] = (None, None, None)
+            continue
+        figures[b] = (rr / rb, *speedup_range(base, run, b))
+        run.baseline_label = base.label
+    run.e2e_speedup, run.e2e_speedup_low, run.e2e_speedup_high = figures["e2e"]
+    run.decode_rate_speedup, run.decode_rate_speedup_low, run.decode_rate_speedup_high = figures["decode"]
+    run.speedup, run.speedup_low, run.speedup_high = figures[basis]
+
+
 def headline(report: BenchReport) -> Headline | None:
-    """The best speculative run (highest median speedup) with its range, its trials, its decode-rate speedup
-    and step cost, and every reason not to trust it: its own flags and its baseline's."""
+    """The best speculative run (highest median speedup on the report's basis) with its range, its trials,
+    the other basis's speedup and the run's TTFT, its step cost, and every reason not to trust it: its own
+    flags and its baseline's."""
     spec = [r for r in report.runs if not r.baseline and r.status == "ok" and r.speedup is not None]
     if not spec:
         return None
@@ -188,22 +204,32 @@ def headline(report: BenchReport) -> Headline | None:
     if base is not None:
         warnings += [f"{base.key} {f}" for f in base.flags]
     steady = sum(1 for t in best.trials if t.steady)
+    basis = report.speedup_basis
+    ttft = best.aggregate.ttft_s.p50
     h = Headline(
-        run=best.key, speedup=best.speedup, speedup_low=best.speedup_low, speedup_high=best.speedup_high,
+        run=best.key, basis=basis, speedup=best.speedup, speedup_low=best.speedup_low,
+        speedup_high=best.speedup_high, e2e_speedup=best.e2e_speedup,
+        decode_rate_speedup=best.decode_rate_speedup, ttft_p50_s=ttft,
         trials=max(len(best.trials), 1), steady_trials=steady if best.trials else 1,
         decode_speedup=best.decode_speedup, step_cost_ratio=best.step_cost_ratio,
         reliable=not warnings, warnings=warnings,
     )  # fmt: skip
-    text = f"headline: {best.key} {best.speedup:.2f}x over {best.baseline_label}"
+    text = f"headline: {best.key} {BASIS_NAMES[basis]} speedup {best.speedup:.2f}x over {best.baseline_label}"
+    ms = f"TTFT p50 {ttft * 1000:.0f} ms" if ttft is not None else None
+    notes = ["TTFT excluded" if basis == "decode" else f"{ms or 'TTFT'} included"]
     if h.trials > 1:
-        text += f" (median of {h.steady_trials}/{h.trials} steady trials"
+        notes.append(f"median of {h.steady_trials}/{h.trials} steady trials")
         if best.speedup_low is not None and best.speedup_high is not None:
-            text += f", range {best.speedup_low:.2f}-{best.speedup_high:.2f}x"
-        text += ")"
-    if best.decode_speedup is not None:
-        text += f"; decode-rate speedup {best.decode_speedup:.2f}x"
+            notes[-1] += f", range {best.speedup_low:.2f}-{best.speedup_high:.2f}x"
+    text += f" ({'; '.join(notes)})"
+    if basis == "decode" and best.e2e_speedup is not None:
+        text += f"; end to end {best.e2e_speedup:.2f}x" + (f" incl. {ms}" if ms else "")
+    elif basis == "e2e" and best.decode_rate_speedup is not None:
+        text += f"; decode rate {best.decode_rate_speedup:.2f}x"
     if best.step_cost_ratio is not None:
-        text += f", a speculative step costs {best.step_cost_ratio:.2f} plain steps"
+        text += f"; a speculative step costs {best.step_cost_ratio:.2f} plain steps"
+        if best.decode_speedup is not None and best.step_cost_source == "server":
+            text += f" (server's decode-rate speedup {best.decode_speedup:.2f}x)"
     if warnings:
         text += " — NOT RELIABLE: " + "; ".join(warnings)
     h.text = text
@@ -213,7 +239,7 @@ def headline(report: BenchReport) -> Headline | None:
 def step_cost(base: Run, run: Run) -> None:
     """The measured cost of one speculative step in plain steps: τ over the decode-rate speedup, i.e.
     (spec step time) / (plain step time). The decode rates are the server's when both runs have one, else
-    the client's (Σ tokens / Σ (e2e − TTFT))."""
+    the client's (Σ (tokens − 1) / Σ (e2e − TTFT))."""
     sb, sr = base.server, run.server
     if sb and sr and sb.server_decode_tokens_per_s and sr.server_decode_tokens_per_s:
         run.decode_speedup = sr.server_decode_tokens_per_s / sb.server_decode_tokens_per_s

@@ -151,9 +151,17 @@ def acceptance(before: Scrape, after: Scrape, *, settled: bool = True) -> Accept
 
 
 def server_check(before: Scrape, after: Scrape) -> ServerCheck | None:
+    """The server's generation tokens and decode time over the interval, and its decode rate counted as the
+    client's is: the tokens after each request's first ((generation tokens − requests), the requests from
+    the decode-time histogram's count) over the decode time; without that count, generation tokens / time."""
     gen = _d(after.generation_tokens, before.generation_tokens)
     dec = _d(after.decode_time_sum, before.decode_time_sum)
     if gen is None and dec is None:
         return None
-    rate = gen / dec if gen is not None and dec else None
-    return ServerCheck(generation_tokens=gen, decode_time_s=dec, server_decode_tokens_per_s=rate)
+    reqs = _d(after.decode_time_count, before.decode_time_count)
+    rate = None
+    if gen is not None and dec:
+        rate = (gen - reqs if reqs is not None and 0 < reqs < gen else gen) / dec
+    return ServerCheck(
+        generation_tokens=gen, decode_time_s=dec, decode_requests=reqs, server_decode_tokens_per_s=rate
+    )

@@ -46,7 +46,7 @@ from .analysis import (
     lossless,
     predict_best_k,
     roofline,
-    speedup_range,
+    speedups,
     spread,
     step_cost,
 )
@@ -253,8 +253,8 @@ class RunContext:
         sampler: TelemetrySampler,
     ) -> None:
         """Aggregates over all trials, acceptance and the server check from the first trial's "before" to
-        the last one's "after", per-trial consistency, steady trials, and the run's headline tok/s: the
-        median over its steady trials."""
+        the last one's "after", per-trial consistency, steady trials, and the run's decode rate and output
+        tok/s: each the median over its steady trials."""
         b = self.request.settings
         tag = f"{run.label} c={run.concurrency}"
         wall_total = sum(m[4] for m in measured)
@@ -278,6 +278,7 @@ class RunContext:
             trial = Trial(
                 index=i, requests=t_agg.requests, errors=t_agg.errors, duration_s=wall,
                 output_tokens=t_agg.output_tokens, output_tokens_per_s=t_agg.output_tokens_per_s,
+                decode_tokens_per_s=t_agg.decode_rate_tokens_per_s,
                 acceptance_length=t_acc.acceptance_length if t_acc else None,
                 consistency=consistency(recs, wall, server_check(before, after), tol, ttft_ref),
             )  # fmt: skip
@@ -287,6 +288,10 @@ class RunContext:
         used = [t.output_tokens_per_s for t in run.trials if t.steady and t.output_tokens_per_s is not None]
         run.throughput = spread(rates, used or rates)
         agg.output_tokens_per_s = run.throughput.median
+        rates = [t.decode_tokens_per_s for t in run.trials if t.decode_tokens_per_s is not None]
+        used = [t.decode_tokens_per_s for t in run.trials if t.steady and t.decode_tokens_per_s is not None]
+        run.decode_throughput = spread(rates, used or rates)
+        agg.decode_rate_tokens_per_s = run.decode_throughput.median
         run.consistency = consistency(run.requests, wall_total, sc, tol, ttft_ref)
         self.flag(run)
         run.telemetry = sampler.result(run.trials[-1].output_tokens, acc.accepted_tokens if acc else None)
@@ -296,9 +301,9 @@ class RunContext:
         if run.draft_tokens == 0:
             bw, src = self.bandwidth()
             run.roofline = roofline(self.request.serve.model_path, agg.decode_tokens_per_s.mean, bw, src)
-        tps = agg.output_tokens_per_s
+        tps, dec = agg.output_tokens_per_s, agg.decode_rate_tokens_per_s
         self.progress(
-            f"{tag}: {agg.ok}/{agg.requests} ok, {tps or 0:.1f} output tok/s"
+            f"{tag}: {agg.ok}/{agg.requests} ok, {dec or 0:.1f} decode tok/s, {tps or 0:.1f} output tok/s"
             + (f" (median of {run.throughput.used}/{len(run.trials)} trials)" if len(run.trials) > 1 else "")
             + (f", τ={acc.acceptance_length:.2f}" if acc and acc.acceptance_length else "")
             + "".join(f"; {f}" for f in run.flags)
@@ -609,8 +614,10 @@ def _sweep(report: BenchReport, ctx: RunContext, factory: EngineFactory, out: Pa
 
 
 def finalize(report: BenchReport, request: BenchRequest, counter: TokenCounter | None) -> None:
-    """Speedups, lossless checks, best k and gates (also on a partial report)."""
+    """Speedups (both bases; `--headline` picks the one the headline, best k and gates use), lossless
+    checks, best k and gates (also on a partial report)."""
     b = request.settings
+    report.speedup_basis = b.headline
     for conc in sorted({r.concurrency for r in report.runs}):
         runs = [r for r in report.runs if r.concurrency == conc]
         base = next((r for r in runs if r.baseline and r.status == "ok"), None)
@@ -619,10 +626,7 @@ def finalize(report: BenchReport, request: BenchRequest, counter: TokenCounter |
         for r in runs:
             if r.baseline and r is base:
                 continue
-            if base.aggregate.output_tokens_per_s and r.aggregate.output_tokens_per_s is not None:
-                r.speedup = r.aggregate.output_tokens_per_s / base.aggregate.output_tokens_per_s
-                r.baseline_label = base.label
-                r.speedup_low, r.speedup_high = speedup_range(base, r)
+            speedups(base, r, report.speedup_basis)
             if not r.baseline and r.status in ("ok", "failed"):
                 step_cost(base, r)
             if not r.baseline and b.temperature == 0 and r.status in ("ok", "failed"):

@@ -214,6 +214,10 @@ class BenchSection(Section):
     nvml_interval_s: float = Field(0.1, gt=0)
     gpu_bandwidth_gbps: float | None = Field(None, gt=0)
     out: str | None = None
+    headline: Literal["decode", "e2e"] = Field(
+        "decode",
+        description="the speedup the headline, best k and gates use: decode rate (no TTFT) or end to end",
+    )
     min_speedup: float | None = Field(None, gt=0)
     baseline_report: str | None = None
     max_regression: float | None = Field(None, ge=0, description="fraction, 0.05 = 5 %")

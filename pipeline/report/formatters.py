@@ -1,6 +1,7 @@
 """Rendering a report: a registry of formatters by name (`table`, `md`, `csv`, `json`) that each return text,
-PNG plots through matplotlib's Agg backend (output tok/s and speedup vs k with the baseline line, acceptance
-by position per k, latency percentiles), and `write_outputs` which saves all of them into a run directory."""
+PNG plots through matplotlib's Agg backend (tok/s and speedup vs k on the report's headline basis with the
+baseline line, acceptance by position per k, latency percentiles), and `write_outputs` which saves all of
+them into a run directory. Table, Markdown and CSV show both figures, the decode rate and end to end."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 from ..fsutil import atomic_write_text
 from .models import BenchReport
+from .rates import BASIS_NAMES, run_rate
 
 Formatter = Callable[[BenchReport], str]
 FORMATTERS: dict[str, Formatter] = {}
@@ -33,6 +35,7 @@ def run_rows(report: BenchReport) -> list[dict[str, Any]]:
     rows = []
     for r in report.runs:
         a, acc = r.aggregate, r.acceptance
+        e2e = r.e2e_speedup if r.e2e_speedup is not None or report.speedup_basis != "e2e" else r.speedup
         rows.append(
             {
                 "run": r.label,
@@ -45,16 +48,27 @@ def run_rows(report: BenchReport) -> list[dict[str, Any]]:
                 "errors": a.errors,
                 "output_tokens": a.output_tokens,
                 "output_tokens_per_s": a.output_tokens_per_s,
+                "decode_tokens_per_s": a.decode_rate_tokens_per_s,
                 "trials": len(r.trials),
                 "steady_trials": r.throughput.used if r.trials else None,
                 "tokens_per_s_min": r.throughput.min,
                 "tokens_per_s_max": r.throughput.max,
                 "tokens_per_s_spread": r.throughput.rel_spread if len(r.trials) > 1 else None,
+                "decode_tokens_per_s_min": r.decode_throughput.min,
+                "decode_tokens_per_s_max": r.decode_throughput.max,
+                "decode_tokens_per_s_spread": r.decode_throughput.rel_spread if len(r.trials) > 1 else None,
                 "warmup_passes": r.warmup.passes if r.warmup else 0,
                 "warmup_steady": r.warmup.steady if r.warmup else None,
+                "speedup_basis": report.speedup_basis,
                 "speedup": r.speedup,
                 "speedup_low": r.speedup_low,
                 "speedup_high": r.speedup_high,
+                "decode_rate_speedup": r.decode_rate_speedup,
+                "decode_rate_speedup_low": r.decode_rate_speedup_low,
+                "decode_rate_speedup_high": r.decode_rate_speedup_high,
+                "e2e_speedup": e2e,
+                "e2e_speedup_low": r.e2e_speedup_low,
+                "e2e_speedup_high": r.e2e_speedup_high,
                 "decode_speedup": r.decode_speedup,
                 "step_cost_ratio": r.step_cost_ratio,
                 "step_cost_source": r.step_cost_source,
@@ -107,9 +121,12 @@ COLUMNS = [
     ("ok/req", None, None),
     ("warm", None, None),
     ("trials", None, None),
-    ("tok/s", "output_tokens_per_s", ".1f"),
+    ("dec tok/s", "decode_tokens_per_s", ".1f"),
+    ("±", "decode_tokens_per_s_spread", ".0%"),
+    ("dec speedup", "decode_rate_speedup", ".2f"),
+    ("e2e tok/s", "output_tokens_per_s", ".1f"),
     ("±", "tokens_per_s_spread", ".0%"),
-    ("speedup", "speedup", ".2f"),
+    ("e2e speedup", "e2e_speedup", ".2f"),
     ("step cost", "step_cost_ratio", ".2f"),
     ("TTFT p50 ms", "ttft_p50_s", ".1f"),
     ("TPOT ms", "tpot_mean_s", ".2f"),
@@ -201,7 +218,7 @@ def to_table(report: BenchReport) -> str:
     for row in run_rows(report):
         t.add_row(*_cells(row))
     buf = io.StringIO()
-    Console(file=buf, width=200, force_terminal=False, color_system=None).print(t)
+    Console(file=buf, width=280, force_terminal=False, color_system=None).print(t)
     return buf.getvalue() + "".join(line + "\n" for line in _footer(report))
 
 
@@ -228,7 +245,8 @@ def to_markdown(report: BenchReport) -> str:
         lines.append("| " + " | ".join(_cells(row)) + " |")
     lines.append("")
     if report.best_k:
-        lines += ["## Best k", "", "| k | predicted speedup | measured speedup |", "|---|---|---|"]
+        measured = f"measured {BASIS_NAMES[report.speedup_basis]} speedup"
+        lines += ["## Best k", "", f"| k | predicted speedup | {measured} |", "|---|---|---|"]
         for row in report.best_k.rows:
             lines.append(
                 f"| {row['k']} | {row['predicted_speedup']:.2f} | {_f(row.get('measured_speedup'))} |"
@@ -249,7 +267,8 @@ def plot(report: BenchReport, out_dir: Path) -> list[Path]:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    ok = [r for r in report.runs if r.status == "ok" and r.aggregate.output_tokens_per_s]
+    basis = report.speedup_basis
+    ok = [r for r in report.runs if r.status == "ok" and run_rate(r, basis)]
     if not ok:
         return written
     conc = min(r.concurrency for r in ok)
@@ -259,19 +278,19 @@ def plot(report: BenchReport, out_dir: Path) -> list[Path]:
 
     fig, ax = plt.subplots(figsize=(6.4, 4))
     if spec:
-        ax.plot([r.draft_tokens for r in spec], [r.aggregate.output_tokens_per_s or 0.0 for r in spec], "o-",
+        ax.plot([r.draft_tokens for r in spec], [run_rate(r, basis) or 0.0 for r in spec], "o-",
                 label="speculative")  # fmt: skip
     for b in bases:
-        ax.axhline(b.aggregate.output_tokens_per_s or 0, ls="--", color="gray", label=b.label)
+        ax.axhline(run_rate(b, basis) or 0, ls="--", color="gray", label=b.label)
     ax.set_xlabel("draft tokens k")
-    ax.set_ylabel("output tokens/s")
+    ax.set_ylabel("decode tokens/s (TTFT excluded)" if basis == "decode" else "output tokens/s (end to end)")
     ax.set_title(f"Throughput vs k (concurrency {conc})")
     if any(r.speedup for r in spec):
         ax2 = ax.twinx()
         ax2.plot([r.draft_tokens for r in spec], [r.speedup or 0 for r in spec], "s:", color="tab:orange",
                  label="speedup")  # fmt: skip
         ax2.axhline(1.0, color="tab:orange", lw=0.5)
-        ax2.set_ylabel("speedup over baseline")
+        ax2.set_ylabel(f"{BASIS_NAMES[basis]} speedup over baseline")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="lower left")
     fig.tight_layout()

@@ -13,7 +13,9 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ..errors import InputError
 
-SCHEMA_VERSION = "1.1"  # 1.1: warm-up, trials, consistency, step cost, headline (1.0 still loads)
+SCHEMA_VERSION = "1.2"  # 1.1: warm-up, trials, consistency, step cost, headline; 1.2: decode-rate headline
+# (headline basis, client decode rates per trial, e2e and decode-rate speedups). 1.0 and 1.1 still load.
+HeadlineBasis = Literal["decode", "e2e"]
 
 
 class Stats(BaseModel):
@@ -103,10 +105,14 @@ class Acceptance(BaseModel):
 
 
 class ServerCheck(BaseModel):
-    """The server's own token and time counters, next to the client's figures."""
+    """The server's own token and time counters, next to the client's figures. Both decode rates count the
+    tokens after each request's first over the decode time (the first token arrives at TTFT, before it)."""
 
     generation_tokens: float | None = None
     decode_time_s: float | None = None
+    decode_requests: float | None = None  # requests in the decode-time histogram (1.2)
+    # (generation tokens − decode_requests) / decode time; a 1.1 report, or a server without the histogram's
+    # count: generation tokens / decode time
     server_decode_tokens_per_s: float | None = None
     client_decode_tokens_per_s: float | None = None
     client_output_tokens: int | None = None
@@ -157,6 +163,7 @@ class Trial(BaseModel):
     duration_s: float = 0.0
     output_tokens: int = 0
     output_tokens_per_s: float | None = None
+    decode_tokens_per_s: float | None = None  # client decode rate: Σ (tokens − 1) / Σ (e2e − TTFT) (1.2)
     acceptance_length: float | None = None
     consistency: Consistency | None = None
     steady: bool = True  # used for the headline: warm-up did not end unsteady and the trial is consistent
@@ -231,6 +238,9 @@ class RunAggregate(BaseModel):
     duration_s: float = 0.0
     output_tokens: int = 0
     output_tokens_per_s: float | None = None  # aggregate: all output tokens / run wall time
+    # Client decode rate Σ (tokens − 1) / Σ (e2e − TTFT) over the ok requests: the decode phase only (1.2).
+    # In a run with trials both rates are the median over its steady trials.
+    decode_rate_tokens_per_s: float | None = None
     request_tokens_per_s: Stats = Field(default_factory=Stats)  # per request: tokens / e2e
     decode_tokens_per_s: Stats = Field(default_factory=Stats)  # per request: (tokens - 1) / (e2e - ttft)
     ttft_s: Stats = Field(default_factory=Stats)
@@ -260,13 +270,24 @@ class Run(BaseModel):
     telemetry: Telemetry = Field(default_factory=Telemetry)
     roofline: Roofline | None = None
     lossless: Lossless | None = None
-    speedup: float | None = None  # median steady output tok/s over the paired baseline's (same concurrency)
+    # The speedup on the report's `speedup_basis` (the headline's, best k's and the gates' figure): the
+    # median steady decode rate (or output tok/s, basis e2e) over the paired baseline's (same concurrency).
+    # 1.0/1.1 reports: end to end.
+    speedup: float | None = None
     baseline_label: str | None = None
     warmup: Warmup | None = None
     trials: list[Trial] = Field(default_factory=list)
     throughput: Spread = Field(default_factory=Spread)  # output tok/s over the trials
+    decode_throughput: Spread = Field(default_factory=Spread)  # client decode rate over the trials (1.2)
     speedup_low: float | None = None  # lowest trial / highest baseline trial (the gates' conservative end)
     speedup_high: float | None = None
+    # Both figures, whichever the basis (1.2): end to end (output tok/s, TTFT included) and decode rate.
+    e2e_speedup: float | None = None
+    e2e_speedup_low: float | None = None
+    e2e_speedup_high: float | None = None
+    decode_rate_speedup: float | None = None
+    decode_rate_speedup_low: float | None = None
+    decode_rate_speedup_high: float | None = None
     consistency: Consistency | None = None  # over all trials together
     flags: list[str] = Field(default_factory=list)  # "unsteady: …", "inconsistent: …"
     # Decode rate over the baseline's (the server's decode rate when both runs have one, else the client's),
@@ -297,9 +318,13 @@ class Headline(BaseModel):
     """The one figure a reader takes away: the best speculative run's speedup, how sure it is, and why not."""
 
     run: str
+    basis: HeadlineBasis = "e2e"  # what `speedup` measures (1.0/1.1 reports: end to end)
     speedup: float
     speedup_low: float | None = None
     speedup_high: float | None = None
+    e2e_speedup: float | None = None
+    decode_rate_speedup: float | None = None
+    ttft_p50_s: float | None = None  # the run's, in every request's end-to-end time, not in its decode rate
     trials: int = 1
     steady_trials: int = 1
     decode_speedup: float | None = None
@@ -353,6 +378,8 @@ class BenchReport(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict)
     workload: WorkloadInfo
     runs: list[Run] = Field(default_factory=list)
+    # The figure `Run.speedup`, the headline, best k and the gates use (`--headline`); 1.0/1.1: end to end.
+    speedup_basis: HeadlineBasis = "e2e"
     best_k: BestK | None = None
     headline: Headline | None = None
     gates: list[Gate] = Field(default_factory=list)

@@ -50,4 +50,4 @@ def test_embedded_sweep_with_baseline_and_gate(cli, toy_pair, tmp_path):
     assert report.gates[0].name == "min_speedup" and not report.gates[0].passed
     for png in ("throughput_vs_k", "acceptance_by_position", "latency_percentiles"):
         assert (out / "plots" / f"{png}.png").stat().st_size > 1000
-    assert json.loads((out / "report.json").read_text())["schema_version"] == "1.1"
+    assert json.loads((out / "report.json").read_text())["schema_version"] == "1.2"

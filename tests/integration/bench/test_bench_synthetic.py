@@ -5,6 +5,7 @@ and gates are checked exactly."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -187,8 +188,8 @@ def test_cli_gates_exit_3(cli, synthetic_url, tmp_path):
     # an external run has no paired baseline, so no speedup was measured: the gate fails, one line
     assert code == 3 and last.startswith("specq: error: gate failed: min_speedup")
     old = BenchReport.load(tmp_path / "g" / "report.json")
-    for r in old.runs:
-        r.aggregate.output_tokens_per_s = (r.aggregate.output_tokens_per_s or 1) * 10
+    for r in old.runs:  # ten times faster before: on the decode rate, the gate's default basis
+        r.aggregate.decode_rate_tokens_per_s = (r.aggregate.decode_rate_tokens_per_s or 1) * 10
     old.save(tmp_path / "old.json")
     code, _, err = cli(
         "bench",
@@ -207,7 +208,8 @@ def test_cli_gates_exit_3(cli, synthetic_url, tmp_path):
         "--max-regression",
         "5%",
     )
-    assert code == 3 and "max_regression" in err.strip().splitlines()[-1]
+    last = err.strip().splitlines()[-1]
+    assert code == 3 and re.search(r"max_regression: worst decode rate change -[89]\d\.\d%", last), last
 
 
 def test_cli_usage_errors(cli, tmp_path):

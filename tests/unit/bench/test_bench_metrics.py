@@ -89,6 +89,14 @@ def test_server_check_rates():
         Scrape(generation_tokens=100, decode_time_sum=1.0), Scrape(generation_tokens=600, decode_time_sum=3.5)
     )
     assert sc is not None and sc.server_decode_tokens_per_s == pytest.approx(200.0)
+    # with the histogram's request count, each request's first token (produced before its decode time) is
+    # left out, as the client's decode rate leaves it out: (500 − 10) tokens in 2.5 s
+    sc = server_check(
+        Scrape(generation_tokens=100, decode_time_sum=1.0, decode_time_count=2),
+        Scrape(generation_tokens=600, decode_time_sum=3.5, decode_time_count=12),
+    )
+    assert sc is not None and sc.decode_requests == 10
+    assert sc.server_decode_tokens_per_s == pytest.approx(490 / 2.5)
 
 
 def test_settled_scrape_waits_until_two_scrapes_agree():

@@ -9,7 +9,15 @@ import json
 import pytest
 
 from specq.pipeline.bench import BenchRequest
-from specq.pipeline.bench.analysis import consistency, edge_note, speedup_range, spread, step_cost
+from specq.pipeline.bench.analysis import (
+    client_decode_rate,
+    consistency,
+    edge_note,
+    speedup_range,
+    spread,
+    step_cost,
+)
+from specq.pipeline.bench.metrics import Scrape, server_check
 from specq.pipeline.bench.runner import default_draft_tokens, dflash_block_size, draft_token_values
 from specq.pipeline.config.models import SpecqConfig
 from specq.pipeline.report.models import Acceptance, RequestRecord, Run, ServerCheck, Trial
@@ -20,9 +28,13 @@ def rec(ttft: float, e2e: float, tokens: int = 20) -> RequestRecord:
 
 
 def test_consistency_agrees_on_a_clean_run_and_flags_a_paid_compile():
-    # 4 requests: 10 ms TTFT, 20 tokens in 0.2 s of decode (100 tok/s), back to back
+    # 4 requests, back to back: the first token at 10 ms, the other 19 in 0.2 s of decode (95 tok/s); the
+    # server's counters over the same requests (its decode rate leaves each request's first token out too)
     clean = [rec(0.01, 0.21) for _ in range(4)]
-    server = ServerCheck(generation_tokens=80, decode_time_s=0.8, server_decode_tokens_per_s=100.0)
+    server = server_check(Scrape(generation_tokens=0, decode_time_sum=0, decode_time_count=0),
+                          Scrape(generation_tokens=80, decode_time_sum=0.8, decode_time_count=4))  # fmt: skip
+    assert server is not None and server.server_decode_tokens_per_s == pytest.approx(95.0)
+    assert client_decode_rate(clean) == pytest.approx(95.0)
     c = consistency(clean, 0.84, server, 0.10)
     assert c is not None and c.consistent is True and c.problems == []
     assert c.decode_rel_diff == pytest.approx(0.0) and c.output_rel_diff == pytest.approx(0.0)

@@ -1,8 +1,11 @@
-"""The report schema: save/load, formatters, compare and gates."""
+"""The report schema: save/load, formatters, compare and gates (on both speedup bases), and old reports: a
+1.0 report built here and a real 1.1 report from the H200 (2026-12-01 AWQ + DFlash sweep, commit 5746b7e)."""
 
 from __future__ import annotations
 
+import gzip
 import json
+from pathlib import Path
 
 import pytest
 
@@ -66,7 +69,7 @@ def test_save_load_roundtrip(tmp_path):
     rep = make_report()
     p = rep.save(tmp_path / "r.json")
     assert BenchReport.load(p) == rep
-    assert json.loads(p.read_text())["schema_version"] == "1.1"
+    assert json.loads(p.read_text())["schema_version"] == "1.2"
 
 
 def test_load_refuses_foreign_and_broken_files(tmp_path):
@@ -116,7 +119,9 @@ def test_min_speedup_gate():
     assert evaluate_gates(rep, min_speedup=1.4)[0].passed
     rep.gates = evaluate_gates(rep, min_speedup=1.6)
     with pytest.raises(
-        GateFailed, match=r"min_speedup: best speedup 1\.500x \(k=4@c1, measured speedup\) < required 1\.6x"
+        GateFailed,
+        match=r"min_speedup: best end-to-end speedup 1\.500x \(k=4@c1, measured end-to-end speedup\) "
+        r"< required 1\.6x",
     ) as e:
         enforce_gates(rep)
     assert e.value.exit_code == 3 and "\n" not in str(e.value)
@@ -140,16 +145,21 @@ def test_a_schema_1_0_report_still_loads_shows_and_compares(tmp_path):
     doc["schema_version"] = "1.0"
     for run in doc["runs"]:  # what a 1.0 report lacks
         for key in ("warmup", "trials", "throughput", "speedup_low", "speedup_high", "consistency", "flags",
-                    "decode_speedup", "step_cost_ratio", "step_cost_source"):  # fmt: skip
+                    "decode_speedup", "step_cost_ratio", "step_cost_source", "decode_throughput",
+                    "e2e_speedup", "e2e_speedup_low", "e2e_speedup_high", "decode_rate_speedup",
+                    "decode_rate_speedup_low", "decode_rate_speedup_high"):  # fmt: skip
             run.pop(key)
+        run["aggregate"].pop("decode_rate_tokens_per_s")
     doc.pop("headline")
+    doc.pop("speedup_basis")
     (tmp_path / "old.json").write_text(json.dumps(doc))
     old = BenchReport.load(tmp_path / "old.json")
     assert old.runs[1].trials == [] and "k=4" in render(old, "table") and "| k=4 |" in render(old, "md")
     assert any(r["metric"] == "speedup" for r in compare(old, make_report()))
     # gates on a report without trials fall back to the single measured figures
     gate = evaluate_gates(old, min_speedup=1.4)[0]
-    assert gate.passed and gate.basis == "measured speedup"
+    assert gate.passed and gate.basis == "measured end-to-end speedup"
+    assert old.speedup_basis == "e2e"  # what a 1.0/1.1 report's speedup measured
 
 
 def test_gates_use_the_conservative_end_of_the_trials():
@@ -162,9 +172,108 @@ def test_gates_use_the_conservative_end_of_the_trials():
     k4.speedup_low, k4.speedup_high = 1.2, 1.7
     gate = evaluate_gates(rep, min_speedup=1.4)[0]
     # the median (1.5x) would pass; the lowest speedup the trials allow (1.2x) does not
-    assert not gate.passed and gate.basis == "lowest speedup over the trials"
+    assert not gate.passed and gate.basis == "lowest end-to-end speedup over the trials"
     assert "1.200x" in gate.reason and "median 1.500x" in gate.reason
     old = make_report(100.0, 140.0)
     reg = evaluate_gates(rep, old=old, max_regression=0.05)[0]
     # k=4's slowest trial (130) against the old 140 is a 7 % drop, although its median rose to 150
-    assert not reg.passed and "-7.1%" in reg.reason and reg.basis == "slowest trial vs the old report's tok/s"
+    assert not reg.passed and "-7.1%" in reg.reason
+    assert reg.basis == "slowest trial's output tok/s vs the old report's"
+
+
+def decode_report(k4_dec: float = 480.0, basis: str = "decode") -> BenchReport:
+    """make_report's runs (output 100 vs 150 tok/s) with client decode rates 120 vs `k4_dec` tok/s, each
+    over three trials at 0.9, 1.0 and 1.1 times it, and the speedups on `basis` filled as bench fills them."""
+    from specq.pipeline.bench.analysis import speedups, spread
+    from specq.pipeline.report.models import Trial
+
+    rep = make_report(100.0, 150.0)
+    rep.speedup_basis = basis  # type: ignore[assignment]
+    base, k4 = rep.runs
+    for run, dec in ((base, 120.0), (k4, k4_dec)):
+        run.aggregate.decode_rate_tokens_per_s = dec
+        out = run.aggregate.output_tokens_per_s
+        rates = [dec * f for f in (0.9, 1.0, 1.1)]
+        run.trials = [
+            Trial(index=i, output_tokens_per_s=out, decode_tokens_per_s=r) for i, r in enumerate(rates)
+        ]
+        run.decode_throughput = spread(rates, rates)
+    speedups(base, k4, rep.speedup_basis)
+    return rep
+
+
+def test_the_speedup_gate_uses_the_headline_basis():
+    rep = decode_report()
+    k4 = rep.runs[1]
+    # both figures are kept whatever the basis; `speedup` is the basis's
+    assert k4.decode_rate_speedup == pytest.approx(4.0) and k4.e2e_speedup == pytest.approx(1.5)
+    assert k4.speedup == k4.decode_rate_speedup and k4.speedup_low == pytest.approx(0.9 * 480 / (1.1 * 120))
+    gate = evaluate_gates(rep, min_speedup=3.0)[0]
+    assert gate.passed and gate.basis == "lowest decode-rate speedup over the trials"
+    rep.gates = evaluate_gates(rep, min_speedup=3.5)  # the median 4.0x would pass, the low end 3.27x fails
+    with pytest.raises(
+        GateFailed, match=r"best decode-rate speedup 3\.273x \(k=4@c1, lowest decode-rate "
+    ) as e:
+        enforce_gates(rep)
+    assert e.value.exit_code == 3
+    # the same runs on the end-to-end basis: 1.5x fails the 3.0x that the decode rate passed
+    e2e = decode_report(basis="e2e")
+    assert e2e.runs[1].speedup == pytest.approx(1.5) and e2e.runs[1].decode_rate_speedup == pytest.approx(4.0)
+    e2e.gates = evaluate_gates(e2e, min_speedup=3.0)
+    with pytest.raises(GateFailed, match=r"best end-to-end speedup 1\.500x") as e:
+        enforce_gates(e2e)
+    assert e.value.exit_code == 3
+    for rep in (decode_report(), e2e):
+        md, table, csv = render(rep, "md"), render(rep, "table"), render(rep, "csv")
+        assert "dec speedup" in table and "e2e speedup" in table and "| dec tok/s |" in md
+        header, _, k4_row = csv.splitlines()
+        row = dict(zip(header.split(","), k4_row.split(","), strict=True))
+        assert float(row["decode_rate_speedup"]) == pytest.approx(4.0)
+        assert float(row["e2e_speedup"]) == pytest.approx(1.5) and row["speedup_basis"] == rep.speedup_basis
+
+
+def test_the_regression_gate_uses_the_headline_basis():
+    old = decode_report(480.0)
+    # decode rate down 6 % (slowest trial 0.9 × 450 against the old 480: -15.6 %), output tok/s unchanged
+    new = decode_report(450.0)
+    gate = evaluate_gates(new, old=old, max_regression=0.05)[0]
+    assert not gate.passed and "worst decode rate change -15.6%" in gate.reason
+    assert gate.basis == "slowest trial's decode rate vs the old report's"
+    new.speedup_basis = "e2e"
+    assert evaluate_gates(new, old=old, max_regression=0.05)[0].passed
+
+
+H200_1_1 = Path(__file__).parents[2] / "fixtures" / "bench-reports" / "h200-awq-dflash-1.1.json.gz"
+
+
+def test_a_real_schema_1_1_report_still_loads_shows_compares_and_gates(tmp_path):
+    from specq.pipeline.report.models import Spread
+    from specq.pipeline.report.rates import run_rate
+
+    path = tmp_path / "report.json"
+    path.write_bytes(gzip.decompress(H200_1_1.read_bytes()))
+    old = BenchReport.load(path)
+    assert old.schema_version == "1.1" and old.speedup_basis == "e2e" and old.headline is not None
+    k15 = old.run("k=15", 1)
+    assert (
+        k15 is not None and k15.speedup == pytest.approx(3.40, abs=0.005) and k15.decode_rate_speedup is None
+    )
+    assert old.headline.basis == "e2e" and old.headline.text in render(old, "table")
+    assert "| k=15 |" in render(old, "md") and len(render(old, "csv").splitlines()) == 4
+    row = next(r for r in compare(old, old) if r["run"] == "k=15@c1" and r["metric"] == "e2e_speedup")
+    assert row["a"] == pytest.approx(3.40, abs=0.005)  # its speedup was end to end
+    # a 1.1 report stores no client decode rate: it is computed from its records (tokens after the first
+    # over e2e − TTFT, all trials), and it agrees with the H200's own decode counters within the 10 % the
+    # consistency check allows (those counted every token: 127 of each request's 128 are in the interval)
+    for run in old.runs:
+        assert run.server is not None and run.server.server_decode_tokens_per_s is not None
+        rate = run_rate(run, "decode")
+        assert rate == pytest.approx(run.server.server_decode_tokens_per_s * 127 / 128, rel=0.10)
+    # a new report on the decode basis, 10 % slower, gated against it: decode rate against decode rate
+    new = old.model_copy(deep=True)
+    new.speedup_basis = "decode"
+    for run in new.runs:
+        run.aggregate.decode_rate_tokens_per_s = (run_rate(run, "decode") or 0) * 0.9
+        run.decode_throughput = Spread()
+    gate = evaluate_gates(new, old=old, max_regression=0.05)[0]
+    assert not gate.passed and "worst decode rate change -10.0%" in gate.reason
