@@ -27,7 +27,7 @@ from ..errors import InputError, UsageError
 from ..fsutil import atomic_dir, atomic_write_text, check_writable
 from ..hardware import package_version, pick_device
 from ..progress import Progress, null_progress
-from .backends import BACKENDS, REFUSED, Backend, BackendRunner, Job, resolve_backend
+from .backends import BACKENDS, REFUSED, Backend, BackendRunner, Job, architecture_refusal, resolve_backend
 from .quality import QualityReport
 
 SCHEMA_VERSION = 1
@@ -46,6 +46,9 @@ SIDE_FILES = (
     "chat_template.jinja",
     "chat_template.json",
     "generation_config.json",
+    "preprocessor_config.json",  # a multimodal model's processor (Qwen3.5): LMDeploy's VL input path reads it
+    "video_preprocessor_config.json",
+    "processor_config.json",
 )
 
 
@@ -195,6 +198,9 @@ def quantize(cfg: QuantizeRequest, progress: Progress = null_progress) -> Quanti
             f"{model} is already quantized ({ckpt.quantization.method}); pass the original model"
         )
     method, sym, backend, warnings = plan(cfg)
+    refusal = architecture_refusal(backend, ckpt.config.get("model_type"))
+    if refusal:
+        raise UsageError(f"backend '{backend.name}' cannot quantize {model.name}: {refusal}")
     warnings += speculative_shape_warnings(ckpt, method, cfg)
     for w in warnings:
         progress(f"warning: {w}")
