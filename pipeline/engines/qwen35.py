@@ -130,13 +130,8 @@ def pytorch_findings(ckpt: Checkpoint) -> list[Finding]:
                 if gates
                 else "in_proj_a, in_proj_b are unquantized"
             ),
-            expect=(
-                "KeyError: '"
-                + min(gates).replace("in_proj_a", "in_proj_ba").replace("in_proj_b", "in_proj_ba")
-                + ".qweight'"
-                if gates
-                else ""
-            ),
+            # load_weights renames in_proj_b/in_proj_a to the fused in_proj_ba before looking the name up
+            expect=f"KeyError: '{min(gates).rpartition('.')[0]}.in_proj_ba.qweight'" if gates else "",
         )
     )
     visual = {p for p in quantized if ".visual." in f".{p}"}
@@ -210,6 +205,22 @@ def mtp_findings(ckpt: Checkpoint) -> list[Finding]:
         )
     )
     return findings
+
+
+def mtp_not_convert(ckpt: Checkpoint) -> list[str]:
+    """The `modules_to_not_convert` entries that make LMDeploy build a Qwen3.5 MTP layer stored unquantized
+    (as gptqmodel keeps `mtp.*`) unquantized: its fused module names (`get_quant_method` matches the module
+    prefix as a substring of an entry) and `mtp.fc`. Empty when there is nothing to mark."""
+    if not is_qwen35(ckpt):
+        return []
+    plain = linear_storage(ckpt)[1]
+    names = []
+    for prefix in sorted(p for p in plain if p.startswith("mtp.layers.")):
+        layer, _, local = prefix.removeprefix("mtp.layers.").partition(".")
+        module = MTP_PROJECTIONS.get(local)
+        if module is not None and f"mtp.layers.{layer}.{module}" not in names:
+            names.append(f"mtp.layers.{layer}.{module}")
+    return names + (["mtp.fc"] if names and "mtp.fc" in plain else [])
 
 
 def turbomind_findings(ckpt: Checkpoint) -> list[Finding]:

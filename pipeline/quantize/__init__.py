@@ -182,6 +182,25 @@ def speculative_shape_warnings(ckpt: Checkpoint, method: str, cfg: QuantizeSecti
     ]
 
 
+def _mark_unquantized_mtp(out: Path, progress: Progress) -> None:
+    """Qwen3.5: gptqmodel keeps the MTP layer (`mtp.*`) unquantized, and LMDeploy's `qwen3_5_mtp` builds it
+    quantized unless `modules_to_not_convert` names its fused modules (engines/qwen35.py); name them."""
+    import json
+
+    from ..engines.qwen35 import mtp_not_convert
+
+    names = mtp_not_convert(Checkpoint(out))
+    if not names:
+        return
+    path = out / "config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    qc = config.get("quantization_config") or {}
+    qc["modules_to_not_convert"] = list(dict.fromkeys([*(qc.get("modules_to_not_convert") or []), *names]))
+    config["quantization_config"] = qc
+    atomic_write_text(path, json.dumps(config, indent=2) + "\n")
+    progress(f"MTP layer kept unquantized; modules_to_not_convert names it for LMDeploy: {', '.join(names)}")
+
+
 def _copy_side_files(src: Path, dst: Path) -> None:
     for name in SIDE_FILES:
         if (src / name).is_file() and not (dst / name).exists():
@@ -328,6 +347,7 @@ class _Run:
             runner(job, calib, on_layer)
         t_quant = time.perf_counter() - tq
         _copy_side_files(self.model, qdir)
+        _mark_unquantized_mtp(qdir, progress)
         if self.repack:
             from ..convert.repack import repack_gptq_to_awq
 
