@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -57,3 +58,35 @@ def toy_pair():
     from specq.pipeline.toy import ToyRequest, build_toy_pair
 
     return build_toy_pair(ToyRequest(size="small", seed=0))
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen35(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Qwen3.5 (`tests/tinymodel.py build_tiny_qwen35`: 3 linear : 1 full attention, head dim
+    256, vision tower, MTP tensors), built once per session."""
+    pytest.importorskip("transformers")
+    from tests.tinymodel import build_tiny_qwen35
+
+    return build_tiny_qwen35(tmp_path_factory.mktemp("qwen35") / "model")
+
+
+@pytest.fixture(scope="session")
+def qwen35_quantized(tiny_qwen35: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The tiny Qwen3.5 quantized by `specq quantize`'s `quantize()` with gptqmodel, once per session:
+    "gptq" (for plain: stays GPTQ) and "awq" (for speculative, the default), as gptqmodel writes them."""
+    pytest.importorskip("gptqmodel")
+    from specq.pipeline.config.models import QuantizeSection
+    from specq.pipeline.quantize import QuantizeRequest, quantize
+    from tests.tinymodel import calibration_rows, write_jsonl
+
+    root = tmp_path_factory.mktemp("qwen35-q")
+    calib = write_jsonl(root / "calib.jsonl", calibration_rows(1500))
+    out = {}
+    for method, target in (("gptq", "plain"), ("awq", "speculative")):
+        cfg = QuantizeSection.model_validate(
+            {"method": method, "for": target, "backend": "gptqmodel", "calib": str(calib), "device": "cpu",
+             "samples": 4, "seqlen": 64, "eval_samples": 2}
+        )  # fmt: skip
+        out[method] = root / method
+        quantize(QuantizeRequest.from_config(cfg, model=tiny_qwen35, out=out[method]))
+    return out

@@ -14,6 +14,7 @@ from ..checkpoint import Checkpoint, validate_checkpoint
 from ..engines import ServerName
 from ..engines.embedded import embedded_verdict
 from ..engines.pytorch import pytorch_engine_verdict
+from ..engines.qwen35 import mtp_findings
 from ..engines.turbomind import turbomind_verdict
 from ..engines.verdict import EngineVerdict, cast_command
 from ..errors import EnvironmentMissing, SpecqError, UsageError
@@ -51,6 +52,8 @@ def _with_draft(
         return v.model_copy(update={"reasons": v.reasons + ["plain decoding only (no speculative decoding)"]})
     engine: ServerName = "lmdeploy" if v.engine == "pytorch" else "embedded"
     problems = pair_problems(target, draft_ckpt, k, engine)
+    if v.engine == "pytorch" and draft.kind == "mtp":  # the MTP head's rules, machine-readable too
+        v = v.model_copy(update={"findings": v.findings + mtp_findings(target)})
     if problems:
         v = _worst(v, "refused", problems)
     fp16_target = model_format(target) in ("awq", "gptq")

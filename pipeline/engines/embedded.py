@@ -5,8 +5,10 @@ transformers and gptqmodel are imported only when it runs)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +54,47 @@ def load_quantized(path: Path, device: str) -> Any:
         os.environ.setdefault("GPTQMODEL_CPU_WORKERS", str(min(2, os.cpu_count() or 1) or 1))
         from gptqmodel import GPTQModel
 
-        return GPTQModel.load(str(path), device=device).model.eval()
+        with gptqmodel_text_only(path):
+            return GPTQModel.load(str(path), device=device).model.eval()
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(str(path), device_map=device).eval()
+
+
+@contextlib.contextmanager
+def gptqmodel_text_only(model: Path) -> Iterator[None]:
+    """Run gptqmodel on a multimodal model's text as specq feeds it (token ids only). Two class settings of
+    its definition are changed for the duration, and restored:
+    - `require_load_processor` off: gptqmodel's `qwen3_5` definition loads the model's processor, and
+      transformers' Qwen3-VL processor cannot be built without torchvision (not a specq dependency); gptqmodel
+      uses it for nothing but saving it again (quantize copies the source's processor files instead);
+    - `awq_preserve_explicit_position_embeddings` on for Qwen3.5: gptqmodel 7.6's AWQ scale search recomputes
+      the rotary embedding from 2-D position ids, which Qwen3.5's 3-D (multimodal) rotary rejects
+      (`IndexError: too many indices for tensor of dimension 2` in modeling_qwen3_5.py); the layer's own
+      captured position embeddings are the right ones."""
+    from gptqmodel.models.auto import MODEL_MAP
+
+    try:
+        model_type = json.loads((Path(model) / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError):
+        model_type = None
+    definition = MODEL_MAP.get(str(model_type))
+    if definition is None:
+        yield
+        return
+    changes = {}
+    if getattr(definition, "require_load_processor", False):
+        changes["require_load_processor"] = False
+    if str(model_type).startswith("qwen3_5"):
+        changes["awq_preserve_explicit_position_embeddings"] = True
+    saved = {name: definition.__dict__[name] for name in changes if name in definition.__dict__}
+    for name, value in changes.items():
+        setattr(definition, name, value)
+    try:
+        yield
+    finally:
+        for name in changes:
+            if name in saved:
+                setattr(definition, name, saved[name])
+            else:
+                delattr(definition, name)

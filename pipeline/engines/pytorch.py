@@ -11,12 +11,15 @@ each part through `chunk_aligned(weight, world_size, dim, align)` with align = m
 (`lmdeploy/pytorch/nn/utils.py:28` asserts `size % align == 0`), even on one GPU. So each of those
 projections' output size must be a multiple of 128 for 4-bit group-128 AWQ. o_proj and down_proj load as
 plain `AwqLinear`, which on one GPU only needs `K % group_size == 0`. specq applies the rule to the
-projections named q/k/v_proj and gate/up_proj; other architectures' fused names are not checked. What was
-seen on the H200 for each rule is in docs/convert.md."""
+projections named q/k/v_proj and gate/up_proj. Qwen3.5's linear attention fuses only `in_proj_b`/`in_proj_a`
+(into an unquantized `in_proj_ba`); its `in_proj_qkv` is one stored linear; those rules, and the rest of
+LMDeploy's Qwen3.5 rules, are `engines/qwen35.py`. What was seen on the H200 for each rule is in
+docs/convert.md."""
 
 from __future__ import annotations
 
 from ..checkpoint import Checkpoint
+from . import qwen35
 from .turbomind import tensor_problems
 from .verdict import EngineVerdict, repack_command
 
@@ -80,6 +83,8 @@ def pytorch_engine_verdict(target: Checkpoint) -> EngineVerdict:
     if q is None:
         return EngineVerdict(engine="pytorch", status="accepted")
     m = q.method
+    findings = qwen35.pytorch_findings(target)
+    arch = qwen35.failed(findings)
     if m == "awq":
         problems = []
         if (q.version or "") != "gemm":
@@ -88,28 +93,34 @@ def pytorch_engine_verdict(target: Checkpoint) -> EngineVerdict:
             )
         if q.bits != 4:
             problems.append(f"{q.bits}-bit AWQ: the PyTorch engine runs 4-bit AWQ only")
-        problems += tensor_problems(target, q)[1] + awq_alignment_problems(target)
+        problems += tensor_problems(target, q)[1] + awq_alignment_problems(target) + arch
         if problems:
-            return EngineVerdict(engine="pytorch", status="refused", reasons=problems[:5])
-        return EngineVerdict(engine="pytorch", status="accepted", reasons=["AWQ runs in float16"])
+            return EngineVerdict(engine="pytorch", status="refused", reasons=problems[:5], findings=findings)
+        return EngineVerdict(
+            engine="pytorch", status="accepted", reasons=["AWQ runs in float16"], findings=findings
+        )
     if m == "gptq":
         reason = "refuses GPTQ (LMDeploy 0.18: 'Unsupported quant method: gptq')"
         blockers = repack_blockers(target)
-        misaligned = [] if blockers else awq_alignment_problems(target)
+        # the repack keeps which tensors are quantized, so the architecture rules carry over to the AWQ copy
+        misaligned = [] if blockers else awq_alignment_problems(target) + arch
         if blockers or misaligned:
             why = (
                 "cannot repack to AWQ: " + "; ".join(blockers[:3])
                 if blockers
                 else "even repacked to AWQ it would be refused: " + "; ".join(misaligned[:3])
             )
-            return EngineVerdict(engine="pytorch", status="refused", reasons=[reason, why])
+            return EngineVerdict(engine="pytorch", status="refused", reasons=[reason, why], findings=findings)
         return EngineVerdict(
             engine="pytorch",
             status="fixable",
             reasons=[reason + "; the same 4-bit codes repack losslessly to AWQ gemm"],
             fixes=[repack_command(target.path)],
+            findings=findings,
         )
     if m == "compressed-tensors":
+        if arch:
+            return EngineVerdict(engine="pytorch", status="refused", reasons=arch, findings=findings)
         if q.group_size not in PYTORCH_CT_GROUP_SIZES:
             return EngineVerdict(
                 engine="pytorch",

@@ -92,6 +92,10 @@ def check_draft(
     if method in DRAFT_METHODS and draft is None:
         problems.append(f"method '{method}' needs a draft model: pass --draft-model DRAFT")
         return problems
+    if method == "qwen3_5_mtp" and engine == "lmdeploy":
+        from .qwen35 import failed, mtp_findings  # the target's own MTP tensors, as LMDeploy loads them
+
+        problems += failed(mtp_findings(target))
     if method in MTP_METHODS or draft is None:
         return problems
 

@@ -13,6 +13,7 @@ present."""
 from __future__ import annotations
 
 from ..checkpoint import Checkpoint, QuantInfo
+from . import qwen35
 from .layout import QuantLinear, quantized_linears
 from .verdict import EngineVerdict
 
@@ -129,14 +130,18 @@ def tensor_problems(ckpt: Checkpoint, q: QuantInfo) -> tuple[list[QuantLinear], 
 
 def turbomind_verdict(ckpt: Checkpoint, max_reasons: int = 5) -> EngineVerdict:
     problems = architecture_problems(ckpt)
+    findings = qwen35.turbomind_findings(ckpt)  # the vision tower's head dim (Qwen3.5)
+    problems += qwen35.failed(findings)
     q = ckpt.quantization
     if q is not None:
         problems += quant_config_problems(q)
         linears, tproblems = tensor_problems(ckpt, q)
         problems += tproblems + kernel_shape_problems(linears)
     if problems:
-        return EngineVerdict(engine="turbomind", status="refused", reasons=_cap(problems, max_reasons))
-    return EngineVerdict(engine="turbomind", status="accepted")
+        return EngineVerdict(
+            engine="turbomind", status="refused", reasons=_cap(problems, max_reasons), findings=findings
+        )
+    return EngineVerdict(engine="turbomind", status="accepted", findings=findings)
 
 
 def turbomind_problems(method: str, bits: int, group_size: int, sym: bool, desc_act: bool) -> list[str]:

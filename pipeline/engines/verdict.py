@@ -19,11 +19,26 @@ ENGINE_LABELS: dict[str, str] = {
 }
 
 
+class Finding(BaseModel):
+    """One architecture-specific load rule of an engine, checked on a checkpoint (`engines/qwen35.py`):
+    a stable id, whether it passed, the engine source it comes from, and — when broken — what the engine does
+    at load (`expect`), so a GPU run can confirm the prediction."""
+
+    rule: str
+    passed: bool
+    source: str
+    detail: str = ""
+    expect: str = ""
+
+
 class EngineVerdict(BaseModel):
     engine: EngineName
     status: Status
     reasons: list[str] = Field(default_factory=list)
     fixes: list[str] = Field(default_factory=list, description="exact commands that make it accepted")
+    findings: list[Finding] = Field(
+        default_factory=list, description="architecture rules checked, passed or not (machine-readable)"
+    )
 
     @property
     def label(self) -> str:

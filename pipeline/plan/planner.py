@@ -33,7 +33,8 @@ SCHEMA_VERSION = 1
 LMDEPLOY_BLOCK_SIZE = 64  # PytorchEngineConfig.block_size
 LMDEPLOY_MIN_BLOCKS = 16  # _get_runtime_size halves the prefill budget until this many blocks fit
 LMDEPLOY_STATE_SPARE_SLOTS = 2  # _get_state_cache_mem: max_batches + 2 state slots
-LMDEPLOY_STATE_BYTES = 2  # Gated-DeltaNet conv/recurrent state allocated in bfloat16
+LMDEPLOY_STATE_BYTES = 2  # Gated-DeltaNet conv/recurrent state allocated in bfloat16 (fp16 without bf16)
+LMDEPLOY_STATE_ALIGN = 256  # pytorch/engine/cache_engine/schema.py CacheDesc.alignment
 LMDEPLOY_MAX_RATIO = 0.95  # never recommend more than this fraction (LMDeploy requires < 1)
 SAFETY_FRACTION = 0.02  # of GPU memory, kept free on top of every estimate (allocator fragmentation)
 
@@ -334,7 +335,8 @@ def plan_memory(
         dk = _kv_per_token(d.shape, kv_dtype, d_act, eng, s) if d is not None else 0
         return tk, dk
 
-    state_seq = _state_per_sequence(t, eng, act)
+    speculating = (d is not None or include_mtp) and k > 0
+    state_seq = _state_per_sequence(t, eng, act, k if speculating else 0)
     weights = t.weights + (d.weights if d else 0)
     safety = int(total * SAFETY_FRACTION)
     inputs = _Inputs(
@@ -361,8 +363,38 @@ def plan_memory(
         notes=notes,
         **res,
     )
+    plan.notes = _assumptions(plan, t, eng, k if speculating else 0, include_mtp)
     _finish(plan, t, d, safety)
     return plan
+
+
+def _assumptions(plan: MemoryPlan, t: _Model, engine: ServerName, spec: int, include_mtp: bool) -> list[str]:
+    """What the plan takes for granted, stated with it (most matter for a hybrid model planned on paper)."""
+    notes = []
+    if t.source == "config estimate":
+        notes.append(
+            "weights estimated from config.json: every decoder projection stored as quantization_config says "
+            "unless modules_to_not_convert names it; norms, conv kernels, embeddings, lm_head and the vision "
+            "tower in the compute dtype"
+        )
+    if engine == "lmdeploy" and t.shape.linear_layers:
+        notes.append(
+            f"linear-attention state: bf16 (fp16 on GPUs without bf16; recurrent in fp32 with "
+            f"LMDEPLOY_FP32_MAMBA_SSM_DTYPE=1), sized for {spec} draft tokens (conv window kernel + K, "
+            f"recurrent state x (1 + K)), max_batch_size + 2 slots, no prefix-cache state budget "
+            "(lmdeploy/pytorch/configurations/qwen3_5.py, engine/executor/base.py)"
+        )
+    if include_mtp and t.shape.mtp_layers:
+        notes.append(
+            f"MTP drafter: the mtp.* weights and {t.shape.mtp_layers} full-attention layer(s) of KV per "
+            "token, sharing the target's block count"
+        )
+    if engine == "lmdeploy":
+        notes.append(
+            f"CUDA context {gib(plan.cuda_context_bytes)} and CUDA graphs {gib(plan.cuda_graph_bytes)} are "
+            "assumptions (plan.cuda_context, plan.cuda_graphs), not calibrated against an LMDeploy run"
+        )
+    return notes
 
 
 def _draft_dtype(t: _Model, d: _Model | None, engine: ServerName, cfg: PlanRequest, t_dtype: str) -> str:
@@ -391,9 +423,13 @@ def _lookahead(d: _Model | None, k: int, include_mtp: bool) -> int:
     return lookahead
 
 
-def _state_per_sequence(t: _Model, engine: ServerName, act: int) -> int:
+def _state_per_sequence(t: _Model, engine: ServerName, act: int, spec_tokens: int) -> int:
+    """LMDeploy: bf16 conv and recurrent state sized for the draft-token count (the target's state shapes
+    are built with `num_spec_tokens`, pytorch/configurations/qwen3_5.py); transformers: fp32 recurrent."""
     if engine == "lmdeploy":
-        return t.shape.state_bytes_per_sequence(LMDEPLOY_STATE_BYTES, LMDEPLOY_STATE_BYTES)
+        return t.shape.state_bytes_per_sequence(
+            LMDEPLOY_STATE_BYTES, LMDEPLOY_STATE_BYTES, spec_tokens=spec_tokens, align=LMDEPLOY_STATE_ALIGN
+        )
     return t.shape.state_bytes_per_sequence(act, 4)  # transformers keeps the recurrent state in fp32
 
 

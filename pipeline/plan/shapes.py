@@ -85,11 +85,20 @@ class ModelShape:
         per_head = self.head_dim * elem_bytes + scale_bytes
         return int(round(2 * n * self.num_kv_heads * per_head))
 
-    def state_bytes_per_sequence(self, conv_bytes: int = 2, recurrent_bytes: int = 2) -> int:
-        """The fixed recurrent state one sequence keeps across all linear-attention layers."""
-        conv = self.conv_dim * self.conv_kernel * conv_bytes
-        rec = self.linear_v_heads * self.linear_k_head_dim * self.linear_v_head_dim * recurrent_bytes
-        return self.linear_layers * (conv + rec)
+    def state_bytes_per_sequence(
+        self, conv_bytes: int = 2, recurrent_bytes: int = 2, *, spec_tokens: int = 0, align: int = 1
+    ) -> int:
+        """The fixed recurrent state one sequence keeps across all linear-attention layers. LMDeploy 0.18
+        (`pytorch/configurations/qwen3_5.py`) sizes it for `spec_tokens` draft tokens: the conv window grows
+        to `conv_kernel + K` and the recurrent state is kept for each of the `1 + K` verified positions; its
+        state pool rounds each tensor up to 256 bytes (`cache_engine/schema.py` `CacheDesc.alignment`)."""
+        n = self.linear_layers
+        conv = n * self.conv_dim * (self.conv_kernel + spec_tokens) * conv_bytes
+        rec = n * (1 + spec_tokens) * self.linear_v_heads * self.linear_k_head_dim * self.linear_v_head_dim
+        rec *= recurrent_bytes
+        if not n:
+            return 0
+        return -(-conv // align) * align + -(-rec // align) * align
 
 
 def shape_from_config(config: dict[str, Any]) -> ModelShape:

@@ -27,7 +27,7 @@ from ..errors import InputError, UsageError
 from ..fsutil import atomic_dir, atomic_write_text, check_writable
 from ..hardware import package_version, pick_device
 from ..progress import Progress, null_progress
-from .backends import BACKENDS, REFUSED, Backend, BackendRunner, Job, resolve_backend
+from .backends import BACKENDS, REFUSED, Backend, BackendRunner, Job, architecture_refusal, resolve_backend
 from .quality import QualityReport
 
 SCHEMA_VERSION = 1
@@ -46,6 +46,9 @@ SIDE_FILES = (
     "chat_template.jinja",
     "chat_template.json",
     "generation_config.json",
+    "preprocessor_config.json",  # a multimodal model's processor (Qwen3.5): LMDeploy's VL input path reads it
+    "video_preprocessor_config.json",
+    "processor_config.json",
 )
 
 
@@ -179,6 +182,25 @@ def speculative_shape_warnings(ckpt: Checkpoint, method: str, cfg: QuantizeSecti
     ]
 
 
+def _mark_unquantized_mtp(out: Path, progress: Progress) -> None:
+    """Qwen3.5: gptqmodel keeps the MTP layer (`mtp.*`) unquantized, and LMDeploy's `qwen3_5_mtp` builds it
+    quantized unless `modules_to_not_convert` names its fused modules (engines/qwen35.py); name them."""
+    import json
+
+    from ..engines.qwen35 import mtp_not_convert
+
+    names = mtp_not_convert(Checkpoint(out))
+    if not names:
+        return
+    path = out / "config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    qc = config.get("quantization_config") or {}
+    qc["modules_to_not_convert"] = list(dict.fromkeys([*(qc.get("modules_to_not_convert") or []), *names]))
+    config["quantization_config"] = qc
+    atomic_write_text(path, json.dumps(config, indent=2) + "\n")
+    progress(f"MTP layer kept unquantized; modules_to_not_convert names it for LMDeploy: {', '.join(names)}")
+
+
 def _copy_side_files(src: Path, dst: Path) -> None:
     for name in SIDE_FILES:
         if (src / name).is_file() and not (dst / name).exists():
@@ -195,6 +217,9 @@ def quantize(cfg: QuantizeRequest, progress: Progress = null_progress) -> Quanti
             f"{model} is already quantized ({ckpt.quantization.method}); pass the original model"
         )
     method, sym, backend, warnings = plan(cfg)
+    refusal = architecture_refusal(backend, ckpt.config.get("model_type"))
+    if refusal:
+        raise UsageError(f"backend '{backend.name}' cannot quantize {model.name}: {refusal}")
     warnings += speculative_shape_warnings(ckpt, method, cfg)
     for w in warnings:
         progress(f"warning: {w}")
@@ -322,6 +347,7 @@ class _Run:
             runner(job, calib, on_layer)
         t_quant = time.perf_counter() - tq
         _copy_side_files(self.model, qdir)
+        _mark_unquantized_mtp(qdir, progress)
         if self.repack:
             from ..convert.repack import repack_gptq_to_awq
 

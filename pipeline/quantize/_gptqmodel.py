@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from ..engines.embedded import gptqmodel_text_only
 from ..errors import missing_package
 from ._capture import hook_layers
 from .backends import Job, LayerHook
@@ -49,11 +50,14 @@ def run(job: Job, calib: Calibration, on_layer: LayerHook) -> None:
 
     # gptqmodel writes per-run logs into ./logs of the current directory; keep them in the scratch dir.
     loop_processor._PROJECT_LOG_DIR = job.work / "gptqmodel-logs"
-    model = gm.GPTQModel.load(str(job.model), quant_config(job), device=job.device)
-    handles = hook_layers(model.model, on_layer)
-    try:
-        model.quantize(calibration_rows(calib), batch_size=1, backend=backend, calibration_data_min_length=1)
-    finally:
-        for h in handles:
-            h.remove()
-    model.save(str(job.out))
+    with gptqmodel_text_only(job.model):
+        model = gm.GPTQModel.load(str(job.model), quant_config(job), device=job.device)
+        handles = hook_layers(model.model, on_layer)
+        try:
+            model.quantize(
+                calibration_rows(calib), batch_size=1, backend=backend, calibration_data_min_length=1
+            )
+        finally:
+            for h in handles:
+                h.remove()
+        model.save(str(job.out))

@@ -101,6 +101,35 @@ REFUSED = {
 REFUSED["auto_gptq"] = REFUSED["autogptq"] = REFUSED["auto-gptq"]
 
 
+# Model types a backend cannot quantize, with the reason, refused before any work (issue 17). gptqmodel 7.6
+# has `qwen3_5`/`qwen3_5_text` definitions (gptqmodel/models/definitions/qwen3_5*.py) and is the one that can.
+_QWEN35 = ("qwen3_5", "qwen3_5_text")
+ARCHITECTURE_REFUSALS: dict[str, dict[str, str]] = {
+    "autoawq": dict.fromkeys(
+        _QWEN35,
+        "autoawq 0.2.9 has no Qwen3.5 model class (awq/models/auto.py AWQ_CAUSAL_LM_MODEL_MAP has no "
+        "'qwen3_5'); use --quant-backend gptqmodel",
+    ),
+    "llmcompressor": dict.fromkeys(
+        _QWEN35,
+        "llmcompressor loads Qwen3.5 as Qwen3_5ForCausalLM (no vision tower, no MTP head, weights renamed "
+        "from model.language_model.* to model.layers.*) and writes compressed-tensors, which LMDeploy 0.18's "
+        "PyTorch engine cannot build for Qwen3.5's linear attention (pytorch/config.py: 'compressed-tensors "
+        "dispatch requires a non-empty canonical module prefix'); use --quant-backend gptqmodel",
+    ),
+    "lmdeploy": dict.fromkeys(
+        _QWEN35,
+        "lmdeploy lite auto_awq 0.18 has no AWQ layer map for Qwen3_5DecoderLayer (lite/quantization/awq.py "
+        "FC_FCS_MAP/NORM_FCS_MAP; lite/apis/auto_awq.py raises KeyError); use --quant-backend gptqmodel",
+    ),
+}
+
+
+def architecture_refusal(backend: Backend, model_type: str | None) -> str | None:
+    """Why `backend` cannot quantize a model of `model_type` (None: no known reason)."""
+    return ARCHITECTURE_REFUSALS.get(backend.name, {}).get(str(model_type or ""))
+
+
 def backends_for(method: str) -> list[Backend]:
     return [b for b in BACKENDS.values() if method in b.methods]
 

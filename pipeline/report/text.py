@@ -135,6 +135,7 @@ def plan_text(p: MemoryPlan, width: int = 100) -> str:
             f"--max-prefill-token-num {p.max_prefill_token_num} "
             f"--session-len {p.session_len or p.max_session_len}"
         )
+    lines += [f"assumption: {n}" for n in p.notes]
     return table_text(table, width) + "".join(line + "\n" for line in lines)
 
 

@@ -18,6 +18,11 @@ from .reference import write_reference
 
 GIB = 2**30
 PRESET = "rtx3090-qwen3.5-27b-awq-dflash"
+# Qwen3.5-27B's Gated-DeltaNet state per sequence in LMDeploy 0.18 at K = 5 draft tokens (the preset's), bf16:
+# 48 linear layers; conv: conv_dim 2*16*128 + 48*128 = 10240 channels x (kernel 4 + K) x 2 B; recurrent:
+# (1 + K) x 48 value heads x 128 x 128 x 2 B (pytorch/configurations/qwen3_5.py), each a multiple of 256 B.
+QWEN35_27B_STATE_K5 = 48 * 10240 * (4 + 5) * 2 + 48 * (1 + 5) * 48 * 128 * 128 * 2
+assert QWEN35_27B_STATE_K5 == 8_847_360 + 452_984_832 == 461_832_192
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +56,7 @@ def test_reference_case_fits_24gib_with_recommended_settings(ref: tuple[Checkpoi
     p = plan_memory(*ref, PlanRequest.from_config(cfg))
     assert p.engine == "lmdeploy" and p.batch == 1 and p.session_len == 8192 and p.draft_tokens == 5
     assert p.kv_bytes_per_token == 65536 + 20480
-    assert p.state_cache_bytes == 79_429_632 * 3  # max_batch_size + 2 slots
+    assert p.state_cache_bytes == QWEN35_27B_STATE_K5 * 3  # max_batch_size + 2 slots
     assert p.fits, p.verdict
     assert p.max_session_len >= 8192
     assert 0.3 <= (p.cache_max_entry_count or 0) <= 0.95
@@ -69,7 +74,9 @@ def test_reference_case_lmdeploy_defaults_do_not_fit(ref: tuple[Checkpoint, Chec
     defaults = resolve_config(PRESET, flags={"plan": {"max_prefill_token_num": 8192}})
     p = plan_memory(*ref, PlanRequest.from_config(defaults), cache_max_entry_count=0.8)
     assert not p.fits
-    assert p.max_prefill_token_num == 4096  # LMDeploy halves 8192 until 16 blocks fit
+    # LMDeploy halves 8192 until 16 blocks fit: 2.90 GiB free after weights - 1.29 GiB state leaves 1.61 GiB,
+    # less than the 4096-token reserve (1.90 GiB); 2048 (0.95 GiB) leaves room for 16 blocks
+    assert p.max_prefill_token_num == 2048
 
 
 def test_preflight_fits_names_the_fix(ref: tuple[Checkpoint, Checkpoint]) -> None:
@@ -82,8 +89,8 @@ def test_preflight_fits_names_the_fix(ref: tuple[Checkpoint, Checkpoint]) -> Non
     reason = fits(resolve_config(PRESET, flags=flags))
     assert reason is not None and reason.startswith("VRAM plan: will not fit")
     assert "cache_max_entry_count" in reason and "--max-prefill-token-num" in reason
-    flags["engine"] = {"cache_max_entry_count": 0.5}
-    flags["plan"] = {"max_prefill_token_num": 1024}
+    flags["engine"] = {"cache_max_entry_count": 0.45}
+    flags["plan"] = {"max_prefill_token_num": 256}
     assert fits(resolve_config(PRESET, flags=flags)) is None
     del flags["engine"], flags["plan"]  # the packaged preset carries settings that fit
     assert fits(resolve_config(PRESET, flags=flags)) is None
@@ -122,8 +129,9 @@ def test_batch_scales_kv_and_state(ref: tuple[Checkpoint, Checkpoint]) -> None:
         *ref,
         PlanRequest.from_config(resolve_config(PRESET, flags={"plan": {"session_len": 4096, "batch": 4}})),
     )
-    assert four.state_cache_bytes == 79_429_632 * 6
-    assert one.max_batch_at_session_len and one.max_batch_at_session_len >= 2
+    assert four.state_cache_bytes == QWEN35_27B_STATE_K5 * 6
+    # a second sequence adds a 0.43 GiB state slot (K = 5): 4096-token sessions fit at batch 1 only
+    assert one.max_batch_at_session_len == 1
     assert four.max_session_len < one.max_session_len
 
 
@@ -173,3 +181,24 @@ def test_plan_json_round_trips(ref: tuple[Checkpoint, Checkpoint]) -> None:
     p = plan_memory(*ref, PlanRequest.from_config(resolve_config(PRESET)))
     again = MemoryPlan.model_validate_json(p.model_dump_json())
     assert again == p and again.rows[-1].item == "predicted peak"
+
+
+def test_reference_case_states_its_assumptions(ref: tuple[Checkpoint, Checkpoint]) -> None:
+    p = plan_memory(*ref, PlanRequest.from_config(resolve_config(PRESET)))
+    text = " ".join(p.notes)
+    assert "weights estimated from config.json" in text
+    assert "sized for 5 draft tokens" in text and "max_batch_size + 2 slots" in text
+    assert "not calibrated" in text
+
+
+def test_qwen35_mtp_plan_counts_its_kv_layer_and_state(ref: tuple[Checkpoint, Checkpoint]) -> None:
+    """--method qwen3_5_mtp, K = 3, no drafter checkpoint: KV per token of 16 full-attention layers plus the
+    MTP layer (fp16, AWQ target): 2 x 4 KV heads x 256 x 2 B x (16 + 1) = 69632; state sized for K = 3."""
+    target, _ = ref
+    flags = {"speculative": {"method": "qwen3_5_mtp"}, "model": {"num_draft_tokens": 3}}
+    p = plan_memory(target, None, PlanRequest.from_config(resolve_config(PRESET, flags=flags)))
+    assert p.kv_bytes_per_token == 2 * 4 * 256 * 2 * (16 + 1) == 69632
+    state_k3 = 48 * 10240 * (4 + 3) * 2 + 48 * (1 + 3) * 48 * 128 * 128 * 2
+    assert p.state_bytes_per_sequence == state_k3 == 308_871_168
+    assert p.state_cache_bytes == 3 * state_k3
+    assert p.target.weights_breakdown["mtp"] > 0  # the MTP layer's weights are loaded with the method

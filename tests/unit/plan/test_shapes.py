@@ -113,3 +113,41 @@ def test_moe_without_weights_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(InputError, match="mixture-of-experts"):
         _analyse(Checkpoint(d), "target", None, False)
+
+
+def test_state_grows_with_draft_tokens_and_is_aligned() -> None:
+    """LMDeploy 0.18 sizes the state for K draft tokens: conv window kernel + K, recurrent state (1 + K)
+    times;
+    every state tensor rounded up to 256 bytes."""
+    s = shape_from_config(QWEN35_27B_TEXT)
+    assert s.state_bytes_per_sequence(2, 2, spec_tokens=0) == 79_429_632
+    assert s.state_bytes_per_sequence(2, 2, spec_tokens=15, align=256) == (
+        48 * 10240 * (4 + 15) * 2 + 48 * 16 * 48 * 128 * 128 * 2
+    )
+    odd = shape_from_config({**QWEN35_27B_TEXT, "num_hidden_layers": 1, "layer_types": ["linear_attention"],
+                             "linear_num_key_heads": 1, "linear_num_value_heads": 1, "linear_key_head_dim": 3,
+                             "linear_value_head_dim": 3})  # fmt: skip
+    # conv 1 x 9 channels x 4 x 2 B = 72 -> 256; recurrent 1 x 3 x 3 x 2 B = 18 -> 256
+    assert odd.state_bytes_per_sequence(2, 2) == 72 + 18
+    assert odd.state_bytes_per_sequence(2, 2, align=256) == 512
+
+
+def test_tiny_qwen35_checkpoint_plan_by_hand(tiny_qwen35: Path) -> None:
+    """The tiny random Qwen3.5 (tests/tinymodel.py): 3 linear layers (conv_dim 2*2*32 + 4*32 = 256, kernel 4,
+    4 value heads of 32 x 32) and 1 full-attention layer (1 KV head x 256)."""
+    from specq.pipeline.plan import PlanRequest, plan_memory
+
+    ck = Checkpoint(tiny_qwen35)
+    s = shape_from_config(ck.config)
+    assert (s.linear_layers, s.full_layers, s.conv_dim, s.head_dim, s.mtp_layers) == (3, 1, 256, 256, 1)
+    flags = {"model": {"num_draft_tokens": 3}, "speculative": {"method": "qwen3_5_mtp"},
+             "plan": {"gpu_memory": "1GiB", "session_len": 256}}  # fmt: skip
+    from specq.pipeline.config import resolve_config
+
+    p = plan_memory(ck, None, PlanRequest.from_config(resolve_config(None, flags=flags)))
+    # bf16 checkpoint: KV 2 x 1 head x 256 x 2 B per attention layer, target layer + MTP layer
+    assert p.kv_bytes_per_token == 2 * 1 * 256 * 2 * (1 + 1) == 2048
+    # state at K = 3: conv 3 x 256 x (4 + 3) x 2 = 10752, recurrent 3 x (1 + 3) x 4 x 32 x 32 x 2 = 98304
+    assert p.state_bytes_per_sequence == 10752 + 98304 == 109056
+    # weights: every stored tensor's bytes, mtp.* included with the MTP method
+    assert p.target.weights_bytes == sum(t.nbytes for t in ck.tensors.values())

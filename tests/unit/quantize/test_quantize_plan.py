@@ -194,3 +194,47 @@ def test_speculative_quantize_warns_about_narrow_kv_heads(tmp_path: Path) -> Non
     assert speculative_shape_warnings(narrow, "awq", spec.model_copy(update={"group_size": 32})) == []
     plain = QuantizeSection.model_validate({"for": "plain", "calib": "x.jsonl"})
     assert speculative_shape_warnings(narrow, "gptq", plain) == []
+
+
+def test_backends_without_qwen35_support_are_named() -> None:
+    from specq.pipeline.quantize.backends import architecture_refusal
+
+    for name, source in (
+        ("autoawq", "AWQ_CAUSAL_LM_MODEL_MAP"),
+        ("llmcompressor", "non-empty canonical module prefix"),
+        ("lmdeploy", "FC_FCS_MAP"),
+    ):
+        for model_type in ("qwen3_5", "qwen3_5_text"):
+            reason = architecture_refusal(BACKENDS[name], model_type)
+            assert reason is not None and source in reason and "gptqmodel" in reason
+        assert architecture_refusal(BACKENDS[name], "qwen3") is None
+    assert architecture_refusal(BACKENDS["gptqmodel"], "qwen3_5") is None
+
+
+@pytest.mark.parametrize(
+    ("backend", "method", "module"), [("autoawq", "awq", "awq"), ("llmcompressor", "gptq", "llmcompressor")]
+)
+def test_cli_refuses_qwen35_up_front(cli, tmp_path: Path, backend: str, method: str, module: str) -> None:
+    """Refused before calibration or any model load: a config-only Qwen3.5 directory is enough."""
+    from specq.pipeline.hardware import module_present
+
+    if not module_present(module):
+        pytest.skip(f"{backend} is not installed (it would be refused as missing first)")
+    d = tmp_path / "qwen35"
+    d.mkdir()
+    (d / "config.json").write_text(
+        json.dumps({"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5"})
+    )
+    args = [
+        "--quant-backend",
+        backend,
+        "--method",
+        method,
+        "--calib",
+        "missing.jsonl",
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    code, _, err = cli("quantize", str(d), *args)
+    assert code == 2 and f"backend '{backend}' cannot quantize qwen35" in _one_line(err)
+    assert not (tmp_path / "o").exists()

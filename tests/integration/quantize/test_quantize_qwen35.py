@@ -1,0 +1,62 @@
+"""Quantize a tiny random Qwen3.5 (hybrid Gated DeltaNet + gated full attention, vision tower, MTP tensors;
+`tests/tinymodel.py build_tiny_qwen35`) with gptqmodel, GPTQ and AWQ, as `specq quantize` does (session
+fixture `qwen35_quantized`), and check what is quantized and what stays as the source stored it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specq.pipeline.checkpoint import Checkpoint
+from specq.pipeline.engines.qwen35 import linear_storage
+from specq.pipeline.quantize import QuantizeResult
+
+pytestmark = pytest.mark.integration
+
+# What gptqmodel 7.6's qwen3_5 definition quantizes (models/definitions/qwen3_5.py module_tree):
+QUANTIZED = {"in_proj_qkv", "in_proj_z", "out_proj", "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+             "up_proj", "down_proj"}  # fmt: skip
+
+
+@pytest.mark.parametrize("method", ["gptq", "awq"])
+def test_text_projections_quantized_rest_kept(
+    qwen35_quantized: dict[str, Path], tiny_qwen35: Path, method: str
+):
+    out = Checkpoint(qwen35_quantized[method])
+    src = Checkpoint(tiny_qwen35)
+    assert out.architectures == ["Qwen3_5ForConditionalGeneration"] and out.config["model_type"] == "qwen3_5"
+    q = out.quantization
+    assert q is not None and q.method == method and q.bits == 4 and q.group_size == 128
+    quantized, plain = linear_storage(out)
+    lm = {p for p in quantized if p.startswith("model.language_model.layers.")}
+    assert lm == quantized  # nothing outside the text decoder layers is quantized
+    assert {p.rpartition(".")[2] for p in lm} == QUANTIZED
+    # 3 linear-attention layers x 3 + 1 full-attention layer x 4 + 4 layers x 3 MLP projections
+    assert len(lm) == 3 * 3 + 4 + 4 * 3
+    # kept as the source stored them: the linear-attention gates, the vision tower, the MTP head, lm_head
+    kept = {p.rpartition(".")[2] for p in plain if ".linear_attn." in p}
+    assert kept == {"in_proj_a", "in_proj_b"}
+    assert {p for p in plain if p.startswith("model.visual.")} == {
+        p for p in linear_storage(src)[1] if p.startswith("model.visual.")
+    }
+    assert "lm_head" in plain and "mtp.fc" in plain
+    mtp = {n: t for n, t in out.tensors.items() if n.startswith("mtp.")}
+    assert mtp and {n: (t.dtype, t.shape) for n, t in mtp.items()} == {
+        n: (t.dtype, t.shape) for n, t in src.tensors.items() if n.startswith("mtp.")
+    }
+    for name in ("conv1d.weight", "A_log", "dt_bias", "norm.weight"):
+        key = f"model.language_model.layers.0.linear_attn.{name}"
+        assert out.tensors[key].shape == src.tensors[key].shape
+
+
+def test_awq_default_for_speculative_and_quality(qwen35_quantized: dict[str, Path]) -> None:
+    res = QuantizeResult.model_validate(
+        json.loads((qwen35_quantized["awq"] / "quant_report.json").read_text())
+    )
+    assert res.target == "speculative" and res.format == "awq" and res.backend == "gptqmodel"
+    assert res.layers == 4
+    q = res.quality
+    assert q is not None and q.perplexity_ratio is not None and q.perplexity_ratio < 1.5
+    assert q.logits_cosine_mean is not None and q.logits_cosine_mean > 0.9
