@@ -30,6 +30,16 @@ def plan(
     kv_dtype: Annotated[
         str | None, typer.Option("--kv-dtype", help="KV dtype: auto, float16, bfloat16, int8 or int4.")
     ] = None,
+    cache_max_entry_count: Annotated[
+        float | None,
+        typer.Option(
+            "--cache-max-entry-count",
+            min=0.01,
+            max=0.99,
+            help="Evaluate this LMDeploy KV ratio (what the server will run with, e.g. specq serve's 0.8) "
+            "instead of recommending one.",
+        ),
+    ] = None,  # fmt: skip
     check: Annotated[bool, typer.Option("--check", help="Exit 4 when it will not fit.")] = False,
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
@@ -44,7 +54,7 @@ def plan(
         config,
         model={"model_path": model, "draft_model_path": draft_model, "draft_tokens": draft_tokens},
         plan={"gpu_memory": gpu_memory, "batch": batch, "session_len": session_len, "engine": engine,
-              "kv_dtype": kv_dtype},
+              "kv_dtype": kv_dtype, "cache_max_entry_count": cache_max_entry_count},
     )  # fmt: skip
     result = run_plan(PlanRequest.from_config(cfg))
     emit(result, as_json, lambda r: plan_text(r, out.width), plan_diagnostics(result))

@@ -276,6 +276,12 @@ class PlanSection(Section):
         None, description="memory model; default: engine.engine (auto = lmdeploy)"
     )
     max_prefill_token_num: int = Field(8192, ge=64, description="LMDeploy's --max-prefill-token-num")
+    cache_max_entry_count: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="evaluate this LMDeploy ratio (what a server runs with); default: recommend one",
+    )
     prefill_tokens: int | None = Field(
         None, ge=1, description="embedded engine: longest prompt prefilled at once; default: session_len"
     )

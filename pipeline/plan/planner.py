@@ -744,7 +744,13 @@ def run_plan(cfg: PlanRequest, *, gpu_memory_bytes: int | None = None) -> Memory
     draft = Checkpoint(cfg.draft_model) if cfg.draft_model else None
     if draft is not None:
         validate_checkpoint(draft, tokenizer=False, weights=False, role="drafter")
-    return plan_memory(target, draft, cfg, gpu_memory_bytes=gpu_memory_bytes)
+    return plan_memory(
+        target,
+        draft,
+        cfg,
+        gpu_memory_bytes=gpu_memory_bytes,
+        cache_max_entry_count=cfg.plan.cache_max_entry_count,
+    )
 
 
 __all__ = [

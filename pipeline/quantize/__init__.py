@@ -22,8 +22,9 @@ from ..calibration import Calibration, CalibrationReport
 from ..checkpoint import Checkpoint, validate_checkpoint
 from ..config import SpecqConfig, config_to_toml
 from ..config.models import QuantizeSection
+from ..engines.embedded import LOADERS
 from ..engines.turbomind import turbomind_problems
-from ..errors import InputError, UsageError
+from ..errors import EnvironmentMissing, InputError, UsageError
 from ..fsutil import atomic_dir, atomic_write_text, check_writable
 from ..hardware import package_version, pick_device
 from ..progress import Progress, null_progress
@@ -207,6 +208,19 @@ def _copy_side_files(src: Path, dst: Path) -> None:
             shutil.copy2(src / name, dst / name)
 
 
+def _check_evaluator(cfg: QuantizeRequest, method: str) -> None:
+    """The quality check loads GPTQ/AWQ output through gptqmodel whichever backend wrote it: refuse before a
+    long quantization whose evaluation could not run (seen on the H200: autoawq quantized, then the check
+    died on the missing package and nothing was written)."""
+    import importlib.util
+
+    if cfg.evaluate and LOADERS.get(method) == "gptqmodel" and importlib.util.find_spec("gptqmodel") is None:
+        raise EnvironmentMissing(
+            f"the quality check loads {method.upper()} checkpoints with gptqmodel, which is not installed; "
+            "install it with: pip install 'specq[quant]', or pass --no-eval"
+        )
+
+
 def quantize(cfg: QuantizeRequest, progress: Progress = null_progress) -> QuantizeResult:
     """Quantize `cfg.model` into `cfg.out` (which must not exist) as `cfg` says; see the module docstring."""
     t0 = time.perf_counter()
@@ -226,6 +240,7 @@ def quantize(cfg: QuantizeRequest, progress: Progress = null_progress) -> Quanti
     if out.exists():
         raise InputError(f"{out} already exists; choose another --out or remove it")
     validate_checkpoint(ckpt, role="model")
+    _check_evaluator(cfg, method)
     check_writable(out, need_bytes=ckpt.file_bytes // 4)  # 4-bit weights at least; before calibration
     run = _Run(cfg, model, out, method, sym, backend, pick_device(cfg.device), warnings, progress, t0)
     calib = run.calibrate()

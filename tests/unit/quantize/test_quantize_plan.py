@@ -238,3 +238,23 @@ def test_cli_refuses_qwen35_up_front(cli, tmp_path: Path, backend: str, method: 
     code, _, err = cli("quantize", str(d), *args)
     assert code == 2 and f"backend '{backend}' cannot quantize qwen35" in _one_line(err)
     assert not (tmp_path / "o").exists()
+
+
+def test_an_unrunnable_quality_check_is_refused_before_quantizing(cli, tmp_path: Path, monkeypatch) -> None:
+    """On the H200 (no gptqmodel there) autoawq quantized the medium toy, then the quality check died on the
+    missing loader and nothing was written. gptqmodel is installed here, so its absence is simulated at the
+    one place specq asks for it."""
+    import importlib.util
+
+    from tests.tinymodel import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "m")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "gptqmodel" else real(n, *a))
+    out = tmp_path / "q"
+    args = ("quantize", str(model), "--method", "awq", "--quant-backend", "autoawq", "--calib", "x.jsonl")
+    code, _, err = cli(*args, "--out", str(out))
+    assert code == 4
+    line = [ln for ln in err.splitlines() if ln.startswith("specq: error:")]
+    assert len(line) == 1 and "gptqmodel" in line[0] and "--no-eval" in line[0]
+    assert not out.exists() and not list(tmp_path.glob(".q*"))
