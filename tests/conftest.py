@@ -57,3 +57,14 @@ def toy_pair():
     from specq.pipeline.toy import ToyRequest, build_toy_pair
 
     return build_toy_pair(ToyRequest(size="small", seed=0))
+
+
+@pytest.fixture(scope="session")
+def toy35():
+    """The Qwen3.5-shaped toy (`specq toy build --arch qwen3.5`: hybrid target with its MTP head in
+    target/, a Qwen3 draft in draft/), built once and cached like `toy_pair` (about 4 minutes cold)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from specq.pipeline.toy import ToyRequest, build_toy_pair
+
+    return build_toy_pair(ToyRequest(arch="qwen3.5", seed=0))
