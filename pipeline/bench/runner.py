@@ -446,6 +446,14 @@ def check_inputs(request: BenchRequest, engine_factory: EngineFactory | None) ->
         raise UsageError("--max-regression needs --baseline-report OLD.json")
     if b.baseline_report:
         _Report.load(b.baseline_report)  # fail now, not after the sweep
+    if not b.url and request.serve.model_path and engine_factory is None:
+        from ..serve.spec import check_speculation
+
+        # a drafter the engine cannot speculate with is refused now, not after the baseline's run
+        for _label, serve in sweep_plan(request):
+            if serve.draft_tokens > 0:
+                check_speculation(serve)
+                break
 
 
 def run_bench(
