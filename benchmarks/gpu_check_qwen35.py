@@ -11,9 +11,9 @@ is below its reserve:
   `--awq-target` is given: it is named as well).
 - draft: `specq draft train ROOT/target --device cuda --block-size 8`: a DFlash drafter for the hybrid
   target.
-- bench-mtp / bench-dflash (in that order): `specq bench ROOT/target --engine lmdeploy --backend pytorch --method dflash
-  --draft-model DRAFTER` and `--method qwen3_5_mtp` (the MTP head inside the target, no draft model), each
-  `--draft-tokens 3..6` against its k = 0 baseline.
+- bench-mtp, then bench-dflash: `specq bench ROOT/target --engine lmdeploy --backend pytorch --method
+  qwen3_5_mtp` (the MTP head inside the target, no draft model) and `--method dflash --draft-model DRAFTER`,
+  each `--draft-tokens 3..6` against its k = 0 baseline.
 - bench-awq-mtp: the same with `--method qwen3_5_mtp` on `--awq-target` when given (an AWQ copy of the toy
   target made on CPU by `specq quantize`; without it the GPU run is bf16 only).
 `sweeps.md` holds one Markdown table per sweep (benchmarks/gpu_check.py's `sweep_table`)."""
