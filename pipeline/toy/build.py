@@ -242,7 +242,9 @@ def _build(
         if arch == "qwen3.5":
             from .qwen35_build import train_and_measure_mtp
 
-            mtp = train_and_measure_mtp(pair.target, data, preset, seed, measured.prompts, device, progress)
+            mtp = train_and_measure_mtp(
+                pair.target, data, preset, seed, measured.prompts, device, MAX_K, progress
+            )
     _save_pair(out, pair, data)
     if mtp is not None:
         from .qwen35_build import save_mtp
@@ -283,7 +285,7 @@ def _build(
         device=device,
         torch_threads=threads,
         versions={p: version(p) for p in ("torch", "transformers", "tokenizers")},
-        mtp=mtp.report if mtp is not None else None,
+        mtp=_mtp_report(mtp, preset, acceptance_module.__doc__) if mtp is not None else None,
     )
     (out / REPORT_NAME).write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
     k4 = report.acceptance_at(4)
@@ -292,6 +294,25 @@ def _build(
         f"draft {measured.draft_ppl:.2f}; "
         f"acceptance at k=4 {k4.acceptance_rate:.0%} ({k4.tokens_per_step:.2f} tokens/step)"
         + (f"; MTP head at k=4 {_k4(report.mtp).acceptance_rate:.0%}" if report.mtp else "")
+    )
+
+
+def _mtp_report(mtp: Any, preset: SizePreset, doc: str | None) -> MTPReport:
+    definition = (doc or "").split("\n\n")[1].replace("\n", " ")
+    return MTPReport(
+        params=mtp.params,
+        train_steps=mtp.train.steps,
+        train_seconds=round(mtp.train.seconds, 1),
+        final_loss=round(mtp.train.final_loss, 4),
+        tensors=mtp.tensors,
+        acceptance=AcceptanceReport(
+            definition=definition + " The MTP head drafts position i+1 from its own output at position i"
+            " (chained), starting from the target's last hidden state.",
+            prompts=mtp.prompts,
+            prompt_tokens=preset.prompt_tokens,
+            new_tokens=preset.new_tokens,
+            by_k=mtp.by_k,
+        ),
     )
 
 

@@ -16,18 +16,22 @@ from .qwen35 import TRAINING
 
 @dataclass
 class MTPBuilt:
+    """The trained head and what the report says of it (build.py turns it into an `MTPReport`)."""
+
     head: Any
-    report: Any  # build.MTPReport
+    params: int
+    train: Any  # train.TrainResult
+    tensors: list[str]
+    by_k: list[AcceptanceAtK]
+    prompts: int
 
 
 def train_and_measure_mtp(
     target: Any, data: Any, preset: SizePreset, seed: int, prompts: list[list[int]], device: str,
-    progress: Progress,
+    max_k: int, progress: Progress,
 ) -> MTPBuilt:  # fmt: skip
     import torch
 
-    from . import acceptance as acceptance_module
-    from .build import MAX_K, AcceptanceReport, MTPReport
     from .mtp import MTPHead, measure_mtp_acceptance, mtp_tensors, train_mtp
 
     torch.manual_seed(seed + 2)
@@ -39,27 +43,11 @@ def train_and_measure_mtp(
         head, target, data.train_stream, steps=TRAINING.mtp_steps, seq_len=preset.seq_len,
         batch_size=preset.batch_size, lr=TRAINING.mtp_lr, seed=seed, device=device, progress=progress,
     )  # fmt: skip
-    progress("measuring the MTP head's chained acceptance (k = 1..6)")
-    by_k: list[AcceptanceAtK] = measure_mtp_acceptance(
-        head, target, prompts, new_tokens=preset.new_tokens, max_k=MAX_K, device=device
+    progress(f"measuring the MTP head's chained acceptance (k = 1..{max_k})")
+    by_k = measure_mtp_acceptance(
+        head, target, prompts, new_tokens=preset.new_tokens, max_k=max_k, device=device
     )
-    definition = (acceptance_module.__doc__ or "").split("\n\n")[1].replace("\n", " ")
-    report = MTPReport(
-        params=param_count(head),
-        train_steps=res.steps,
-        train_seconds=round(res.seconds, 1),
-        final_loss=round(res.final_loss, 4),
-        tensors=sorted(mtp_tensors(head)),
-        acceptance=AcceptanceReport(
-            definition=definition + " The MTP head drafts position i+1 from its own output at position i"
-            " (chained), starting from the target's last hidden state.",
-            prompts=len(prompts),
-            prompt_tokens=preset.prompt_tokens,
-            new_tokens=preset.new_tokens,
-            by_k=by_k,
-        ),
-    )
-    return MTPBuilt(head, report)
+    return MTPBuilt(head, param_count(head), res, sorted(mtp_tensors(head)), by_k, len(prompts))
 
 
 def save_mtp(target_dir: Path, head: Any) -> None:
