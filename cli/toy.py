@@ -20,6 +20,11 @@ class Size(str, Enum):
     medium = "medium"
 
 
+class Arch(str, Enum):
+    qwen3 = "qwen3"
+    qwen3_5 = "qwen3.5"
+
+
 class Drafter(str, Enum):
     model = "model"
     dflash = "dflash"
@@ -33,6 +38,14 @@ def build(
     size: Annotated[
         Size, typer.Option("--size", help="small: CPU, minutes; medium: tens of millions of params, GPU.")
     ] = Size.small,
+    arch: Annotated[
+        Arch,
+        typer.Option(
+            "--arch",
+            help="qwen3: a Qwen3 target and draft; qwen3.5: a Qwen3.5-shaped hybrid target (Gated DeltaNet"
+            " + full attention, head dim 256, built-in MTP head) with a Qwen3 draft (size small only).",
+        ),
+    ] = Arch.qwen3,
     seed: Annotated[
         int, typer.Option("--seed", help="Seed of the build (same seed, same machine: same models).")
     ] = 0,
@@ -51,13 +64,15 @@ def build(
     """Build the toy Qwen3 target and its distilled draft (cached under ${SPECQ_CACHE:-~/.cache/specq}/toy).
 
     Example: specq toy build specq-out/toy --size small --seed 0
+
+    Qwen3.5-shaped: specq toy build specq-out/toy35 --arch qwen3.5
     """
     from specq.pipeline.fsutil import check_writable
     from specq.pipeline.report.text import toy_diagnostics
     from specq.pipeline.toy import ToyRequest, build_toy_pair, export_toy_pair
 
     check_writable(out_dir, what="OUT")  # before the build (minutes when not cached)
-    built = build_toy_pair(ToyRequest(size=size.value, seed=seed, force=force), progress)
+    built = build_toy_pair(ToyRequest(size=size.value, seed=seed, force=force, arch=arch.value), progress)
     pair = export_toy_pair(built, out_dir)
     dflash = None
     if drafter is Drafter.dflash:

@@ -90,3 +90,14 @@ def qwen35_quantized(tiny_qwen35: Path, tmp_path_factory: pytest.TempPathFactory
         out[method] = root / method
         quantize(QuantizeRequest.from_config(cfg, model=tiny_qwen35, out=out[method]))
     return out
+
+
+@pytest.fixture(scope="session")
+def toy35():
+    """The Qwen3.5-shaped toy (`specq toy build --arch qwen3.5`: hybrid target with its MTP head in
+    target/, a Qwen3 draft in draft/), built once and cached like `toy_pair` (about 4 minutes cold)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from specq.pipeline.toy import ToyRequest, build_toy_pair
+
+    return build_toy_pair(ToyRequest(arch="qwen3.5", seed=0))

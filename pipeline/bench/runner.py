@@ -453,6 +453,18 @@ def check_inputs(request: BenchRequest, engine_factory: EngineFactory | None) ->
         _Report.load(b.baseline_report)  # fail now, not after the sweep
 
 
+def check_speculative_runs(request: BenchRequest, engine_factory: EngineFactory | None) -> None:
+    """Refuse a drafter the engine cannot speculate with before the baseline's server starts, not after."""
+    if request.settings.url or not request.serve.model_path or engine_factory is not None:
+        return
+    from ..serve.spec import check_speculation
+
+    for _label, serve in sweep_plan(request):
+        if serve.draft_tokens > 0:
+            check_speculation(serve)
+            return
+
+
 def run_bench(
     request: BenchRequest,
     *,
@@ -474,6 +486,7 @@ def run_bench(
     )
     counter, why = load_token_counter(b.tokenizer or model_path)
     check_prompt_lengths(workload, counter, b.max_tokens, model_path, b.mode)
+    check_speculative_runs(request, engine_factory)
     report = new_report(request, workload)
     if counter is None:
         report.notes.append(

@@ -176,8 +176,31 @@ def _eagle_problems(target: Checkpoint, draft: Checkpoint, draft_tokens: int) ->
     return []
 
 
+# Layer types whose attention is a KV cache that a verifier can cut back to the accepted prefix.
+_KV_LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
+
+
+def _recurrent_layer_types(target: Checkpoint) -> list[str]:
+    """The target's layer types that keep a recurrent state (Qwen3.5's `linear_attention`: Gated DeltaNet)."""
+    types = target.text_config.get("layer_types")
+    if not isinstance(types, list):
+        return []
+    return sorted({str(t) for t in types} - _KV_LAYER_TYPES)
+
+
 def _draft_model_problems(target: Checkpoint, draft: Checkpoint, draft_tokens: int) -> list[str]:
-    """A plain draft model proposes token ids: it must share the target's tokenizer."""
+    """A plain draft model proposes token ids: it must share the target's tokenizer; and the embedded
+    engine verifies with transformers' assisted generation, which refuses stateful targets."""
+    recurrent = _recurrent_layer_types(target)
+    if recurrent:
+        # transformers 5.17 GenerationMixin._validate_assistant: "assisted generation is not supported with
+        # stateful models, such as Qwen3_5ForCausalLM" (a recurrent state cannot drop rejected tokens).
+        return [
+            f"{target.path} has {'/'.join(recurrent)} layers with a recurrent state, and transformers' "
+            "assisted generation (the embedded engine's speculation) refuses stateful models; serve it "
+            "without --draft-model, or speculate with --engine lmdeploy --backend pytorch (--method "
+            "qwen3_5_mtp, or a DFlash drafter)"
+        ]
     tv, dv = tokenizer_vocab(target.path), tokenizer_vocab(draft.path)
     if tv is None or dv is None:
         missing = target.path if tv is None else draft.path

@@ -213,8 +213,15 @@ def toy_diagnostics(report: ToyReport, width: int = 100) -> list[str]:
         table.add_row(
             str(a.k), f"{a.mean_accepted:.2f}", f"{a.acceptance_rate:.0%}", f"{a.tokens_per_step:.2f}", per
         )
-    return [
-        f"target {t.params / 1e6:.2f}M params, held-out perplexity {t.heldout_perplexity:.2f}; "
+    lines = [
+        f"{report.arch} target {t.params / 1e6:.2f}M params, held-out perplexity {t.heldout_perplexity:.2f}; "
         f"draft {d.params / 1e6:.2f}M, {d.heldout_perplexity:.2f}",
         table_text(table, width).rstrip("\n"),
     ]
+    if report.mtp is not None:
+        rows = ", ".join(
+            f"k={a.k} {a.acceptance_rate:.0%} ({a.tokens_per_step:.2f}/step)"
+            for a in report.mtp.acceptance.by_k
+        )
+        lines.append(f"built-in MTP head ({report.mtp.params / 1e6:.2f}M params), chained acceptance: {rows}")
+    return lines

@@ -201,8 +201,12 @@ def fp16_copy_path(draft: Checkpoint) -> Path:
     return _cache_root() / "fp16-drafters" / f"{draft.name}-{h.hexdigest()[:12]}"
 
 
-def resolve_spec(request: ServeRequest, progress: Progress = null_progress) -> ServeSpec:
-    """Everything `specq serve` will launch, checked. Raises UsageError (exit 2) for what the user passed."""
+def check_speculation(
+    request: ServeRequest, progress: Progress = null_progress
+) -> tuple[Checkpoint, Checkpoint | None, str | None, ServerName]:
+    """The target, drafter, method and server `request` asks for, with every reason they cannot speculate
+    together raised as one UsageError (exit 2). Reads config files only: `specq bench` calls it for each
+    speculative run before it starts any server."""
     if not request.model_path:
         raise UsageError("no model to serve: pass MODEL or set model.model_path in the config")
     # weights present are checked here (dry run included); a config-only directory is refused at launch
@@ -226,6 +230,13 @@ def resolve_spec(request: ServeRequest, progress: Progress = null_progress) -> S
         problems = ["draft tokens > 0 but no draft model and no method"]
     if problems:
         raise UsageError("; ".join(problems))
+    return target, draft, method, server
+
+
+def resolve_spec(request: ServeRequest, progress: Progress = null_progress) -> ServeSpec:
+    """Everything `specq serve` will launch, checked. Raises UsageError (exit 2) for what the user passed."""
+    target, draft, method, server = check_speculation(request, progress)
+    draft_tokens = request.draft_tokens
 
     backend: str | None = None
     if server == "lmdeploy":

@@ -83,13 +83,20 @@ def draft_matches(draft: Any, prompts: list[list[int]], continuation: Any, devic
 
 def replay(matches: list[list[bool]], k: int, horizon: int) -> AcceptanceAtK:
     """Replay speculative decoding with k draft tokens over each row of matches (see module docstring)."""
+    return replay_chain([[row[t : t + k] for t in range(len(row))] for row in matches], k, horizon)
+
+
+def replay_chain(rows: list[list[list[bool]]], k: int, horizon: int) -> AcceptanceAtK:
+    """The same replay when a proposal depends on its depth in the chain (an MTP head drafting from its own
+    outputs): `rows[r][t][d]` says whether the (d+1)-th draft token proposed at position t matches."""
     accepted_at = [0] * k
     steps = 0
-    for row in matches:
+    for row in rows:
         t = 0
         while t < horizon:
             n = 0
-            while n < k and t + n < len(row) and row[t + n]:
+            hits = row[t] if t < len(row) else []
+            while n < k and n < len(hits) and hits[n]:
                 n += 1
             for i in range(n):
                 accepted_at[i] += 1

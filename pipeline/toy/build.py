@@ -2,7 +2,9 @@
 perplexity, acceptance measurement, and the cache that makes every later call free.
 
 The cache key hashes the size, the seed, the corpus digest and TOY_FORMAT_VERSION (bump it whenever a
-change here changes what a build produces); it does not hash source files. Builders of the same key take
+change here changes what a build produces); it does not hash source files. The Qwen3.5-shaped toy
+(`arch="qwen3.5"`, see `qwen35`) has its own key prefix and format version (`QWEN35_FORMAT_VERSION`), so
+the Qwen3 pair's cache is untouched by it. Builders of the same key take
 a file lock, build in a temporary directory and rename it into place, so concurrent callers neither
 corrupt the cache nor train twice."""
 
@@ -15,7 +17,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,9 @@ from ..progress import Progress, null_progress
 from .acceptance import AcceptanceAtK, heldout_prompts, measure_acceptance
 from .corpus import Corpus, load_corpus
 from .models import SIZES, SizePreset, param_count, qwen3_config
+from .qwen35 import HYBRID, QWEN35_FORMAT_VERSION, TRAINING, VISION_TOKENS
+
+ARCHS = ("qwen3", "qwen3.5")
 
 TOY_FORMAT_VERSION = 3
 REPORT_NAME = "toy_report.json"
@@ -53,7 +58,7 @@ class ToyPair:
 
 class ToyModelReport(BaseModel):
     params: int
-    shape: dict[str, int]
+    shape: dict[str, Any]
     train_steps: int
     train_seconds: float
     final_loss: float  # target: cross-entropy (nats/token); draft: KL(target || draft) per token
@@ -69,9 +74,21 @@ class AcceptanceReport(BaseModel):
     by_k: list[AcceptanceAtK]
 
 
+class MTPReport(BaseModel):
+    """The Qwen3.5 toy's built-in MTP head: trained by distillation, acceptance when chained k times."""
+
+    params: int
+    train_steps: int
+    train_seconds: float
+    final_loss: float  # KL(target || head) per token, on the token after next
+    tensors: list[str]  # its names in the target's checkpoint
+    acceptance: AcceptanceReport
+
+
 class ToyReport(BaseModel):
     schema_version: int = 1
     format_version: int = TOY_FORMAT_VERSION
+    arch: str = "qwen3"
     size: str
     seed: int
     cache_key: str
@@ -86,6 +103,7 @@ class ToyReport(BaseModel):
     device: str
     torch_threads: int
     versions: dict[str, str]
+    mtp: MTPReport | None = None  # qwen3.5 only
 
     def acceptance_at(self, k: int) -> AcceptanceAtK:
         return next(a for a in self.acceptance.by_k if a.k == k)
@@ -97,14 +115,24 @@ def cache_root(cache_dir: str | Path | None = None) -> Path:
     return Path(base).expanduser() / "toy"
 
 
-def cache_key(size: str, seed: int, corpus_digest: str) -> str:
-    blob = json.dumps([size, seed, corpus_digest, TOY_FORMAT_VERSION]).encode()
-    return f"{size}-s{seed}-{hashlib.sha256(blob).hexdigest()[:16]}"
+def cache_key(size: str, seed: int, corpus_digest: str, arch: str = "qwen3") -> str:
+    if arch == "qwen3":  # the Qwen3 pair's keys predate `arch` and stay as they were
+        blob = json.dumps([size, seed, corpus_digest, TOY_FORMAT_VERSION]).encode()
+        return f"{size}-s{seed}-{hashlib.sha256(blob).hexdigest()[:16]}"
+    blob = json.dumps([arch, size, seed, corpus_digest, QWEN35_FORMAT_VERSION]).encode()
+    return f"{arch}-{size}-s{seed}-{hashlib.sha256(blob).hexdigest()[:16]}"
 
 
-def _preset(size: str) -> SizePreset:
+def _preset(size: str, arch: str = "qwen3") -> SizePreset:
+    if arch not in ARCHS:
+        raise UsageError(f"unknown toy architecture '{arch}'; choose one of: {', '.join(ARCHS)}")
     if size not in SIZES:
         raise UsageError(f"unknown toy size '{size}'; choose one of: {', '.join(SIZES)}")
+    if arch == "qwen3.5":
+        if size != "small":
+            raise UsageError("the qwen3.5 toy comes in size 'small' only; drop --size or pass --size small")
+        # The hybrid target costs about 3x a Qwen3 step on CPU (pure-torch Gated DeltaNet): fewer steps.
+        return replace(SIZES[size], target_steps=TRAINING.target_steps, draft_steps=TRAINING.draft_steps)
     return SIZES[size]
 
 
@@ -138,15 +166,16 @@ class ToyRequest(BaseModel):
     seed: int = 0
     force: bool = False
     cache_dir: str | None = None
+    arch: str = "qwen3"
 
 
 def build_toy_pair(request: ToyRequest, progress: Progress = null_progress) -> ToyPair:
     """Return the cached pair for (size, seed, corpus), building it first if needed (or if `force`)."""
-    size, seed, force = request.size, request.seed, request.force
-    preset = _preset(size)
+    size, seed, force, arch = request.size, request.seed, request.force, request.arch
+    preset = _preset(size, arch)
     corpus = load_corpus()
     root = cache_root(request.cache_dir)
-    dest = root / cache_key(size, seed, corpus.digest)
+    dest = root / cache_key(size, seed, corpus.digest, arch)
     pair = ToyPair.at(dest)
     if pair.report.is_file() and not force:
         return pair
@@ -154,7 +183,7 @@ def build_toy_pair(request: ToyRequest, progress: Progress = null_progress) -> T
         if pair.report.is_file() and not force:  # built by another process while we waited
             return pair
         with atomic_dir(dest, overwrite=True) as tmp:
-            _build(tmp, size, preset, seed, corpus, dest.name, progress)
+            _build(tmp, size, preset, seed, corpus, dest.name, progress, arch)
     return pair
 
 
@@ -187,7 +216,14 @@ def _torch() -> Any:
 
 
 def _build(
-    out: Path, size: str, preset: SizePreset, seed: int, corpus: Corpus, key: str, progress: Progress
+    out: Path,
+    size: str,
+    preset: SizePreset,
+    seed: int,
+    corpus: Corpus,
+    key: str,
+    progress: Progress,
+    arch: str = "qwen3",
 ) -> None:
     _torch()
     from importlib.metadata import version
@@ -199,15 +235,29 @@ def _build(
     threads = 1 if device == "cpu" else min(4, os.cpu_count() or 1)
     started = time.monotonic()
     with cpu_threads(threads):
-        data = _prepare_data(size, preset, corpus, progress)
-        pair = _train_pair(data, preset, seed, device, progress)
+        data = _prepare_data(size, preset, corpus, progress, arch)
+        pair = _train_pair(data, preset, seed, device, progress, arch)
         measured = _measure(pair, data, preset, corpus, device, progress)
+        mtp = None
+        if arch == "qwen3.5":
+            from .qwen35_build import train_and_measure_mtp
+
+            mtp = train_and_measure_mtp(
+                pair.target, data, preset, seed, measured.prompts, device, MAX_K, progress
+            )
     _save_pair(out, pair, data)
+    if mtp is not None:
+        from .qwen35_build import save_mtp
+
+        save_mtp(out / "target", mtp.head)
 
     from . import acceptance as acceptance_module
 
     tokenizer, prompts = data.tokenizer, measured.prompts
+    target_shape = HYBRID if arch == "qwen3.5" else preset.target
     report = ToyReport(
+        arch=arch,
+        format_version=QWEN35_FORMAT_VERSION if arch == "qwen3.5" else TOY_FORMAT_VERSION,
         size=size,
         seed=seed,
         cache_key=key,
@@ -218,9 +268,9 @@ def _build(
             "heldout_tokens": int(data.heldout_stream.numel()),
         },
         tokenizer={"kind": "byte-level BPE", "vocab_size": len(tokenizer), "model_vocab_size": data.vocab},
-        preset=preset.as_dict(),
+        preset=preset.as_dict() | ({"target": HYBRID.as_dict()} if arch == "qwen3.5" else {}),
         target=_model_report(
-            pair.target, preset.target, pair.target_run, "cross_entropy", measured.target_ppl
+            pair.target, target_shape, pair.target_run, "cross_entropy", measured.target_ppl
         ),
         draft=_model_report(pair.draft, preset.draft, pair.draft_run, "kl_target_draft", measured.draft_ppl),
         acceptance=AcceptanceReport(
@@ -235,6 +285,7 @@ def _build(
         device=device,
         torch_threads=threads,
         versions={p: version(p) for p in ("torch", "transformers", "tokenizers")},
+        mtp=_mtp_report(mtp, preset, acceptance_module.__doc__) if mtp is not None else None,
     )
     (out / REPORT_NAME).write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
     k4 = report.acceptance_at(4)
@@ -242,7 +293,31 @@ def _build(
         f"built in {report.build_seconds:.0f}s: perplexity target {measured.target_ppl:.2f}, "
         f"draft {measured.draft_ppl:.2f}; "
         f"acceptance at k=4 {k4.acceptance_rate:.0%} ({k4.tokens_per_step:.2f} tokens/step)"
+        + (f"; MTP head at k=4 {_k4(report.mtp).acceptance_rate:.0%}" if report.mtp else "")
     )
+
+
+def _mtp_report(mtp: Any, preset: SizePreset, doc: str | None) -> MTPReport:
+    definition = (doc or "").split("\n\n")[1].replace("\n", " ")
+    return MTPReport(
+        params=mtp.params,
+        train_steps=mtp.train.steps,
+        train_seconds=round(mtp.train.seconds, 1),
+        final_loss=round(mtp.train.final_loss, 4),
+        tensors=mtp.tensors,
+        acceptance=AcceptanceReport(
+            definition=definition + " The MTP head drafts position i+1 from its own output at position i"
+            " (chained), starting from the target's last hidden state.",
+            prompts=mtp.prompts,
+            prompt_tokens=preset.prompt_tokens,
+            new_tokens=preset.new_tokens,
+            by_k=mtp.by_k,
+        ),
+    )
+
+
+def _k4(mtp: MTPReport) -> AcceptanceAtK:
+    return next(a for a in mtp.acceptance.by_k if a.k == 4)
 
 
 @dataclass
@@ -275,16 +350,28 @@ class _Measured:
     sample_ids: list[int]  # the target's greedy continuation of the first prompt
 
 
-def _prepare_data(size: str, preset: SizePreset, corpus: Corpus, progress: Progress) -> _Data:
+def _prepare_data(
+    size: str, preset: SizePreset, corpus: Corpus, progress: Progress, arch: str = "qwen3"
+) -> _Data:
     from .tokenizer import IM_END, train_tokenizer
     from .train import eval_windows, token_stream
 
     progress(f"training the tokenizer ({preset.vocab_size} tokens) on the standard library's sources")
-    tokenizer = train_tokenizer(_take(corpus.train, preset.tokenizer_chars), preset.vocab_size)
+    if arch == "qwen3.5":
+        from .qwen35 import CHAT_TEMPLATE
+
+        tokenizer = train_tokenizer(
+            _take(corpus.train, preset.tokenizer_chars), preset.vocab_size,
+            extra_special=VISION_TOKENS, chat_template=CHAT_TEMPLATE,
+        )  # fmt: skip
+    else:
+        tokenizer = train_tokenizer(_take(corpus.train, preset.tokenizer_chars), preset.vocab_size)
     eos = tokenizer.eos_token_id
     im_end = tokenizer.convert_tokens_to_ids(IM_END)
     vocab = -(-len(tokenizer) // 128) * 128
-    for spec in (preset.target, preset.draft):
+    # The qwen3.5 target's shapes are not the Qwen3 preset's (head_dim 256, linear attention): only its
+    # Qwen3 draft is checked here.
+    for spec in (preset.draft,) if arch == "qwen3.5" else (preset.target, preset.draft):
         problems = spec.check(vocab)
         if problems:
             raise UsageError(f"toy preset '{size}' does not suit 4-bit kernels: {problems[0]}")
@@ -294,7 +381,9 @@ def _prepare_data(size: str, preset: SizePreset, corpus: Corpus, progress: Progr
     return _Data(tokenizer, eos, im_end, vocab, train_stream, heldout_stream, windows)
 
 
-def _train_pair(data: _Data, preset: SizePreset, seed: int, device: str, progress: Progress) -> _Pair:
+def _train_pair(
+    data: _Data, preset: SizePreset, seed: int, device: str, progress: Progress, arch: str = "qwen3"
+) -> _Pair:
     """Train the target on the corpus, then distil the draft from it."""
     torch = _torch()
     from transformers import Qwen3ForCausalLM
@@ -303,7 +392,18 @@ def _train_pair(data: _Data, preset: SizePreset, seed: int, device: str, progres
 
     eos, vocab = data.eos, data.vocab
     torch.manual_seed(seed)
-    target: Any = Qwen3ForCausalLM(qwen3_config(preset.target, vocab, eos_token_id=eos, pad_token_id=eos))
+    target: Any
+    if arch == "qwen3.5":
+        from transformers import Qwen3_5ForConditionalGeneration
+
+        from .qwen35 import model_config, vision_token_ids
+
+        config = model_config(
+            HYBRID, vocab, eos_token_id=eos, pad_token_id=eos, vision_ids=vision_token_ids(data.tokenizer)
+        )
+        target = Qwen3_5ForConditionalGeneration(config)
+    else:
+        target = Qwen3ForCausalLM(qwen3_config(preset.target, vocab, eos_token_id=eos, pad_token_id=eos))
     target.to(device)
     progress(
         f"training the target ({param_count(target) / 1e6:.2f}M parameters, {preset.target_steps} steps)"
@@ -375,6 +475,11 @@ def _add_legacy_config_keys(path: Path) -> None:
     config = json.loads(path.read_text(encoding="utf-8"))
     config.setdefault("torch_dtype", config.get("dtype", "float32"))
     config.setdefault("dtype", config["torch_dtype"])
+    if isinstance(config.get("text_config"), dict):  # qwen3.5: the rope lives in the text config
+        text = config["text_config"]
+        text.setdefault("rope_theta", (text.get("rope_parameters") or {}).get("rope_theta", 10000.0))
+        path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        return
     rope = config.get("rope_parameters") or {}
     config.setdefault("rope_theta", rope.get("rope_theta", 10000.0))
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")

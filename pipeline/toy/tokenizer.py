@@ -20,8 +20,16 @@ CHAT_TEMPLATE = (
 )
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int, *, max_length: int = 2048) -> Any:
-    """Train a byte-level BPE with exactly the special tokens above; returns a PreTrainedTokenizerFast."""
+def train_tokenizer(
+    texts: Iterable[str],
+    vocab_size: int,
+    *,
+    max_length: int = 2048,
+    extra_special: tuple[str, ...] = (),
+    chat_template: str = CHAT_TEMPLATE,
+) -> Any:
+    """Train a byte-level BPE with exactly the special tokens above (plus `extra_special`, after them);
+    returns a PreTrainedTokenizerFast."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -31,7 +39,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, *, max_length: int = 
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=2,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=[*SPECIAL_TOKENS, *extra_special],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -41,7 +49,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, *, max_length: int = 
         eos_token=END_OF_TEXT,
         pad_token=END_OF_TEXT,
         model_max_length=max_length,
-        additional_special_tokens=[IM_START, IM_END],
+        additional_special_tokens=[IM_START, IM_END, *extra_special],
     )
-    fast.chat_template = CHAT_TEMPLATE
+    fast.chat_template = chat_template
     return fast

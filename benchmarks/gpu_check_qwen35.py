@@ -1,0 +1,99 @@
+"""The Qwen3.5-shaped toy on an H200, in one device call of at most 10 minutes (not yet run: written on a CPU
+machine, for the lead to run).
+
+    python benchmarks/gpu_check_qwen35.py --root ROOT --fa3-source DIR [--out gpu-check-qwen35]
+        [--awq-target DIR] [--draft-tokens 3..6] [--budget 570]
+
+ROOT is a `specq toy build ROOT --arch qwen3.5` made on CPU and carried over (target/ about 10 MB). Steps, in
+order, each recorded in `summary.json` (exit code, seconds, stderr tail) and skipped when the remaining budget
+is below its reserve:
+- fa3: `specq fa3 build --source DIR ROOT/target` — FlashAttention-3 for head dim 256 in bf16 (fp16 too when
+  `--awq-target` is given: it is named as well).
+- draft: `specq draft train ROOT/target --device cuda --block-size 8`: a DFlash drafter for the hybrid
+  target.
+- bench-mtp, then bench-dflash: `specq bench ROOT/target --engine lmdeploy --backend pytorch --method
+  qwen3_5_mtp` (the MTP head inside the target, no draft model) and `--method dflash --draft-model DRAFTER`,
+  each `--draft-tokens 3..6` against its k = 0 baseline.
+- bench-awq-mtp: the same with `--method qwen3_5_mtp` on `--awq-target` when given (an AWQ copy of the toy
+  target made on CPU by `specq quantize`; without it the GPU run is bf16 only).
+`sweeps.md` holds one Markdown table per sweep (benchmarks/gpu_check.py's `sweep_table`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_check import run_step, specq, sweep_table  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--root", type=Path, required=True, help="a CPU-built `specq toy build --arch qwen3.5`")
+    ap.add_argument("--fa3-source", type=Path, help="a flash-attention checkout (the directory with hopper/)")
+    ap.add_argument("--out", type=Path, default=Path("gpu-check-qwen35"))
+    ap.add_argument("--awq-target", type=Path, help="an AWQ copy of ROOT/target (made on CPU), if any")
+    ap.add_argument("--draft-tokens", default="3..6")
+    ap.add_argument("--draft-steps", default="600")
+    ap.add_argument("--budget", type=float, default=570.0, help="seconds for the whole script")
+    args = ap.parse_args()
+    deadline = time.monotonic() + args.budget
+    out: Path = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    target, drafter = args.root.resolve() / "target", out / "dflash"
+    results: list[dict] = []
+    tables: list[str] = []
+
+    def step(name: str, cmd: list[str], reserve: float) -> dict | None:
+        left = deadline - time.monotonic()
+        if left < reserve:
+            res = {"step": name, "cmd": cmd, "exit": None, "skipped": f"{left:.0f} s left < {reserve:.0f} s"}
+            print(f"== {name}: skipped ({res['skipped']})", flush=True)
+        else:
+            res = run_step(name, cmd, out, left - 5)
+        results.append(res)
+        (out / "summary.json").write_text(json.dumps(results, indent=1))
+        return res
+
+    def bench(name: str, model: Path, method: str, draft: Path | None, reserve: float) -> None:
+        cmd = specq(
+            "bench", str(model), "--engine", "lmdeploy", "--backend", "pytorch", "--method", method,
+            *(["--draft-model", str(draft)] if draft else []), "--draft-tokens", args.draft_tokens,
+            "--suite", "code", "--requests", "4", "--max-tokens", "64", "--warmup", "1", "--trials", "1",
+            "--temperature", "0", "--out", str(out / name), "--json",
+        )  # fmt: skip
+        res = step(name, cmd, reserve)
+        try:
+            report = json.loads((out / f"{name}.out").read_text())
+        except (OSError, ValueError):
+            return
+        tables.extend([f"### {name} ({method})", "", *sweep_table(report), ""])
+        if res is not None:
+            res["complete"] = report.get("complete")
+
+    if args.fa3_source:
+        models = [str(target), *([str(args.awq_target)] if args.awq_target else [])]
+        step("fa3", specq("fa3", "build", "--source", str(args.fa3_source), *models, "--json"), 200)
+    if not drafter.exists():
+        cmd = specq(
+            "draft", "train", str(target), "--out", str(drafter), "--device", "cuda", "--block-size", "8",
+            "--steps", args.draft_steps, "--json",
+        )  # fmt: skip
+        step("draft", cmd, 300)
+    bench("bench-mtp", target, "qwen3_5_mtp", None, 120)
+    if drafter.exists():
+        bench("bench-dflash", target, "dflash", drafter, 120)
+    if args.awq_target:
+        bench("bench-awq-mtp", args.awq_target, "qwen3_5_mtp", None, 120)
+    (out / "sweeps.md").write_text("\n".join(tables))
+    print("\n".join(tables), flush=True)
+    return 0 if all(r.get("exit") == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
