@@ -308,6 +308,9 @@ def plan_memory(
     session = cfg.plan.session_len or cfg.engine.session_len
     k = cfg.draft_tokens
     method = cfg.method
+    builtin_mtp = int(target.text_config.get("mtp_num_hidden_layers") or 0) > 0
+    if method is None and draft is None and k > 0 and builtin_mtp:
+        method = "qwen3_5_mtp"  # K without a drafter: the target's own MTP head drafts (as convert reads it)
     include_mtp = method in ("qwen3_5_mtp", "deepseek_mtp", "hy3_mtp")
     ctx = parse_memory(cfg.plan.cuda_context, "plan.cuda_context")
     graphs = (
