@@ -168,11 +168,14 @@ def test_ttft_from_the_send_and_exact_per_token_itl_with_a_multi_token_first_chu
     def median(xs: list[float]) -> float:
         return sorted(xs)[len(xs) // 2]
 
-    # medians: single requests on a shared 2-core machine can be preempted for milliseconds. The server
-    # reads the request a little after the send (its thread for the new connection has to start).
+    # The clock's own offset is what the best request shows: the bug this guards against (the clock started
+    # before the connection was set up) put every request 1-2.5 ms late. The medians add this machine's
+    # scheduling jitter (single requests on a shared 2-core machine can be preempted; a clean CI run once
+    # read a 0.64 ms median delivery), so they get 1 ms. The server reads the request a little after the
+    # send (its thread for the new connection has to start).
     assert median(sent) < 1.5e-3, sent
-    assert 0 <= median(ttft_err) < 0.5e-3, ttft_err
-    assert abs(median(sched_err)) < 0.5e-3, sched_err
+    assert 0 <= min(ttft_err) < 0.5e-3 and median(ttft_err) < 1e-3, ttft_err
+    assert min(abs(e) for e in sched_err) < 0.5e-3 and abs(median(sched_err)) < 1e-3, sched_err
     assert median(itl_err) < 0.25e-3
 
 
