@@ -22,8 +22,6 @@ import argparse
 import gzip
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from specq.pipeline.errors import ProcessFailed
+from specq.pipeline.serve.process import ManagedProcess, free_port
 
 OPTIONS: dict[str, tuple[list[str], dict[str, str]]] = {
     "default": ([], {}),
@@ -54,26 +55,6 @@ STEP_MARKER = ("sampling_logits", "spec_rejection_sampling")
 
 def specq(*args: str) -> list[str]:
     return [sys.executable, "-m", "specq.cli", *args]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 240.0) -> float:
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < timeout:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with code {proc.returncode}")
-        try:
-            if httpx.get(f"{url}/v1/models", timeout=2.0).status_code == 200:
-                return time.perf_counter() - t0
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError("server not ready in time")
 
 
 def keep_busy(url: str, model: str, until: Path, limit_s: float, max_tokens: int) -> int:
@@ -160,12 +141,16 @@ def run_one(args: argparse.Namespace, option: str, k: int, profile: bool) -> dic
     cmd += flags
     if k > 0:
         cmd += ["--draft-model", str(args.draft_model), "--method", "dflash", "--draft-tokens", str(k)]
-    log = open(args.out / f"serve-{name}.log", "w")
+    # specq's own process handling: its own session, readiness on /v1/models, and SIGTERM to the server when
+    # this script dies in any way (seen on the H200 before it was used here: a server orphaned by a timeout
+    # held 80 % of the GPU memory through the next call's measurements)
+    server = ManagedProcess(cmd, args.out / f"serve-{name}.log", env=env, name=name, die_with_parent=True)
     t_launch = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    server.start()
     res: dict[str, Any] = {"option": option, "k": k, "cmd": cmd[3:]}
     try:
-        res["ready_s"] = round(wait_ready(url, proc), 1)
+        server.wait_ready(f"{url}/v1/models", timeout_s=240.0)
+        res["ready_s"] = round(time.perf_counter() - t_launch, 1)
         bench = subprocess.run(
             specq("bench", str(args.target), "--url", url, "--draft-tokens", str(k), "--suite", "code",
                   "--requests", str(args.requests), "--max-tokens", str(args.max_tokens), "--trials", "3",
@@ -180,15 +165,10 @@ def run_one(args: argparse.Namespace, option: str, k: int, profile: bool) -> dic
             limit = args.profile_delay + args.profile_duration + 30 - (time.perf_counter() - t_launch) + 60
             res["profile_requests"] = keep_busy(url, "", trace, max(limit, 10), args.max_tokens)
             res["profile"] = summarise_trace(trace) if trace.exists() else {"note": "no trace written"}
-    except (RuntimeError, subprocess.TimeoutExpired, httpx.HTTPError) as e:
+    except (ProcessFailed, subprocess.TimeoutExpired, httpx.HTTPError) as e:
         res["error"] = str(e)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+        server.stop(grace_s=60.0)
     print(json.dumps(res), flush=True)
     return res
 
@@ -266,10 +246,6 @@ def main() -> int:
         print(json.dumps(summarise_trace(args.trace), indent=1))
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
-    # a SIGTERM (e.g. from `timeout`) unwinds through run_one's `finally`, which stops the server's process
-    # group: the server runs in a session of its own and would otherwise outlive this script (seen on the
-    # H200: an orphaned server held 80 % of the GPU memory through the next call's measurements)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results = []
     for option in args.options.split(","):
         for k in (int(x) for x in args.draft_tokens.split(",")):

@@ -26,7 +26,7 @@ from torch import nn
 
 from ..progress import Progress, null_progress
 from .acceptance import AcceptanceAtK, replay_chain
-from .train import TrainResult, _train
+from .train import TrainResult, _train, token_kl
 
 
 def text_model(target: Any) -> Any:
@@ -172,13 +172,7 @@ def train_mtp(
             embeds = embed(batch[:, 1:])
         pos = torch.arange(1, batch.shape[1], device=batch.device)[None].expand(batch.shape[0], -1)
         out, _, _ = mtp(embeds, hidden[:, :-1], pos)
-        student = F.log_softmax(lm_head(out).float(), dim=-1)
-        return F.kl_div(
-            student.reshape(-1, student.size(-1)),
-            teacher.reshape(-1, teacher.size(-1)),
-            log_target=True,
-            reduction="batchmean",
-        )
+        return token_kl(teacher, F.log_softmax(lm_head(out).float(), dim=-1))
 
     gen = torch.Generator().manual_seed(seed + 2)
     return _train(

@@ -119,6 +119,19 @@ def train_target(
     )  # fmt: skip
 
 
+def token_kl(teacher: Any, student: Any) -> Any:
+    """Mean KL(teacher || student) per token, both log-probabilities [..., vocab]: the distillation loss of
+    the toy's draft and of the Qwen3.5 toy's MTP head."""
+    import torch.nn.functional as F
+
+    return F.kl_div(
+        student.reshape(-1, student.size(-1)),
+        teacher.reshape(-1, teacher.size(-1)),
+        log_target=True,
+        reduction="batchmean",
+    )
+
+
 def distill_draft(
     draft: Any,
     target: Any,
@@ -142,13 +155,7 @@ def distill_draft(
         batch = batch[:, :-1]
         with torch.no_grad():
             teacher = F.log_softmax(target(input_ids=batch).logits.float(), dim=-1)
-        student = F.log_softmax(draft(input_ids=batch).logits.float(), dim=-1)
-        return F.kl_div(
-            student.reshape(-1, student.size(-1)),
-            teacher.reshape(-1, teacher.size(-1)),
-            log_target=True,
-            reduction="batchmean",
-        )
+        return token_kl(teacher, F.log_softmax(draft(input_ids=batch).logits.float(), dim=-1))
 
     gen = torch.Generator().manual_seed(seed + 1)
     return _train(
