@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from ..checkpoint import Checkpoint
 from ..engines import ServerName
-from ..engines.speculation import KIND_TO_METHOD, MAX_DRAFT_TOKENS, check_draft, draft_tokens_limit
+from ..engines.speculation import (
+    KIND_TO_METHOD,
+    MAX_DRAFT_TOKENS,
+    check_draft,
+    draft_tokens_limit,
+    target_has_mtp,
+)
 from .verdict import DraftReport
-
-
-def target_has_mtp(target: Checkpoint) -> bool:
-    """Qwen3.5 checkpoints carry their own MTP head (`mtp_num_hidden_layers` > 0): `qwen3_5_mtp` needs no
-    draft checkpoint."""
-    return int(target.text_config.get("mtp_num_hidden_layers") or 0) > 0
 
 
 def max_draft_tokens(draft: Checkpoint | None) -> int:

@@ -19,6 +19,12 @@ EMBEDDED_METHODS = ("draft",)
 MAX_DRAFT_TOKENS = 15  # draft tokens per step: 0 (no speculation) .. 15, as LMDeploy 0.18 allows
 
 
+def target_has_mtp(target: Checkpoint) -> bool:
+    """Qwen3.5 checkpoints carry their own MTP head (`mtp_num_hidden_layers` > 0): `qwen3_5_mtp` needs no
+    draft checkpoint."""
+    return int(target.text_config.get("mtp_num_hidden_layers") or 0) > 0
+
+
 def draft_tokens_limit(block_size: int | None) -> int:
     """The largest draft-token count a method allows: a DFlash drafter's `block_size` − 1 (its block holds
     the last accepted token and the drafts), else MAX_DRAFT_TOKENS."""

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..checkpoint import DTYPE_BYTES, Checkpoint, validate_checkpoint
 from ..config.models import EngineSection, Method, PlanSection, SpecqConfig
 from ..engines import ServerName
+from ..engines.speculation import target_has_mtp
 from ..errors import ConfigError, EnvironmentMissing, InputError
 from .shapes import ModelShape, estimate_weights, shape_from_config
 
@@ -308,8 +309,7 @@ def plan_memory(
     session = cfg.plan.session_len or cfg.engine.session_len
     k = cfg.draft_tokens
     method = cfg.method
-    builtin_mtp = int(target.text_config.get("mtp_num_hidden_layers") or 0) > 0
-    if method is None and draft is None and k > 0 and builtin_mtp:
+    if method is None and draft is None and k > 0 and target_has_mtp(target):
         method = "qwen3_5_mtp"  # K without a drafter: the target's own MTP head drafts (as convert reads it)
     include_mtp = method in ("qwen3_5_mtp", "deepseek_mtp", "hy3_mtp")
     ctx = parse_memory(cfg.plan.cuda_context, "plan.cuda_context")
