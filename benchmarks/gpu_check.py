@@ -76,8 +76,9 @@ def serve_ratio() -> float:
 
 def sweep_table(report: dict[str, Any]) -> list[str]:
     """Markdown rows of one bench report: the figures the verification record asks for — the headline
-    (client decode-rate) speedup next to the server's decode-rate speedup and how far apart they are (issue
-    16: within 5 % for every k), and the end-to-end figure beside them."""
+    (client decode-rate) speedup next to the server's decode-rate speedup on the same basis (the median of
+    the trials' own counters) and how far apart they are (issue 16: within 5 % for every k), and the
+    end-to-end figure beside them."""
     rows = [
         "| k | decode tok/s (client) | speedup (headline, decode rate) | e2e tok/s | e2e speedup "
         "| server decode tok/s | server decode-rate speedup | headline vs server | τ "
@@ -97,6 +98,8 @@ def sweep_table(report: dict[str, Any]) -> list[str]:
         agg, srv, acc = r.get("aggregate") or {}, r.get("server") or {}, r.get("acceptance") or {}
         dec = srv.get("server_decode_tokens_per_s")
         server_x = dec / base_dec if dec and base_dec and r is not base else None
+        if r.get("step_cost_source") == "server":  # the report's: medians of the trials' counters, as the
+            server_x = r.get("decode_speedup")  # headline takes the client's (whole-run ratio: older reports)
         head = r.get("decode_rate_speedup")
         apart = f"{head / server_x - 1:+.1%}" if head and server_x else "–"
         pp = " / ".join(f"{p:.2f}" for p in acc.get("per_position") or []) or "–"

@@ -51,7 +51,7 @@ def bench(
         int | None, Opt("--warmup-passes", help="At most N passes to reach steady state (default 5).")
     ] = None,
     warmup_tolerance: Annotated[
-        str | None, Opt("--warmup-tolerance", help="Steady: two passes agree within, e.g. 5%.")
+        str | None, Opt("--warmup-tolerance", help="Steady: a pass at most e.g. 5% faster than the last.")
     ] = None,
     trials: Annotated[
         int | None, Opt("--trials", help="Measured trials per run (default 3; 1 with --url).")

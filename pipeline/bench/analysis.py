@@ -140,6 +140,14 @@ def consistency(
     return c
 
 
+def warmup_settled(rates: Sequence[float], tolerance: float) -> bool:
+    """Whether the warm-up has reached steady state: the last pass was no faster than the one before it by
+    more than `tolerance`. Compilation on first use only ever makes early passes slower, so the warm-up ends
+    once the rate stops rising; a pass slower than the last is noise, not warm-up (LMDeploy's host-bound
+    decoding of a toy varies 10-20 % between identical passes, seen on the H200)."""
+    return len(rates) >= 2 and rates[-1] <= rates[-2] * (1 + tolerance)
+
+
 def spread(values: Sequence[float], used: Sequence[float]) -> Spread:
     """Median and range of `used` (the steady trials' figures) out of `values` (all trials')."""
     if not used:
@@ -236,13 +244,27 @@ def headline(report: BenchReport) -> Headline | None:
     return h
 
 
+def server_trial_rate(run: Run) -> float | None:
+    """The server's decode rate for `run` on the headline's basis: the median over its steady trials (else
+    all) of each trial's own counters, so that it compares like with like with the client's median; a run
+    without per-trial counters gives its whole-run figure."""
+    rates = [
+        (t.steady, r) for t in run.trials if t.consistency and (r := t.consistency.server_decode_tokens_per_s)
+    ]
+    used = [r for steady, r in rates if steady] or [r for _, r in rates]
+    if used:
+        return _median(used)
+    return run.server.server_decode_tokens_per_s if run.server else None
+
+
 def step_cost(base: Run, run: Run) -> None:
     """The measured cost of one speculative step in plain steps: τ over the decode-rate speedup, i.e.
-    (spec step time) / (plain step time). The decode rates are the server's when both runs have one, else
-    the client's (Σ (tokens − 1) / Σ (e2e − TTFT))."""
-    sb, sr = base.server, run.server
-    if sb and sr and sb.server_decode_tokens_per_s and sr.server_decode_tokens_per_s:
-        run.decode_speedup = sr.server_decode_tokens_per_s / sb.server_decode_tokens_per_s
+    (spec step time) / (plain step time). The decode rates are the server's when both runs have one (the
+    median of the trials' own counters, as the headline takes the client's: `server_trial_rate`), else the
+    client's (Σ (tokens − 1) / Σ (e2e − TTFT))."""
+    sb, sr = server_trial_rate(base), server_trial_rate(run)
+    if sb and sr:
+        run.decode_speedup = sr / sb
         run.step_cost_source = "server"
     else:
         cb, cr = client_decode_rate(base.requests), client_decode_rate(run.requests)

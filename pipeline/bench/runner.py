@@ -49,6 +49,7 @@ from .analysis import (
     speedups,
     spread,
     step_cost,
+    warmup_settled,
 )
 from .client import RequestSpec, TokenCounter, load_token_counter, run_async, run_requests
 from .limits import check_prompt_lengths
@@ -169,9 +170,10 @@ class RunContext:
         return b.trials if b.trials is not None else (1 if b.url else DEFAULT_SWEEP_TRIALS)
 
     def warm_up(self, spec: RequestSpec, base_url: str, concurrency: int, tag: str) -> Warmup | None:
-        """Warm up to steady state on the run's own prompts, lengths and concurrency: passes until two
-        consecutive passes' output tok/s agree within `warmup_tolerance`, at most `warmup_passes`. An engine
-        that compiles kernels on first use of a shape (LMDeploy's AWQ path) pays it here, not in the run."""
+        """Warm up to steady state on the run's own prompts, lengths and concurrency: passes until one's
+        output tok/s is no faster than the pass before it by more than `warmup_tolerance`
+        (`analysis.warmup_settled`), at most `warmup_passes`. An engine that compiles kernels on first use of
+        a shape (LMDeploy's AWQ path) pays it here, not in the run."""
         b = self.request.settings
         prompts = self.workload.prompts
         n = len(prompts) if b.warmup is None else b.warmup
@@ -187,7 +189,7 @@ class RunContext:
                 w.error = next((r.error for r in records if not r.ok), None)
                 break
             w.rates.append(sum(r.output_tokens or 0 for r in ok) / wall)
-            if len(w.rates) >= 2 and abs(w.rates[-1] - w.rates[-2]) <= b.warmup_tolerance * w.rates[-1]:
+            if warmup_settled(w.rates, b.warmup_tolerance):
                 w.steady = True
                 break
         if w.steady is None and len(w.rates) >= 2:

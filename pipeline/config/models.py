@@ -192,7 +192,10 @@ class BenchSection(Section):
     )
     warmup_passes: int = Field(5, ge=1, description="at most this many warm-up passes per run")
     warmup_tolerance: float = Field(
-        0.05, gt=0, le=1, description="steady when two consecutive passes' tok/s agree within this"
+        0.05,
+        gt=0,
+        le=1,
+        description="steady once a pass is no faster than the previous one by more than this",
     )
     trials: int | None = Field(
         None, ge=1, description="measured trials per run; default 3 in a sweep, 1 with url"

@@ -122,7 +122,8 @@ class ServerCheck(BaseModel):
 
 class Warmup(BaseModel):
     """Warm-up to steady state before a run: passes over the run's own prompts (same lengths, same
-    concurrency) until two consecutive passes' output tok/s agree within `tolerance`, at most `max_passes`."""
+    concurrency) until a pass's output tok/s is no faster than the previous one's by more than `tolerance`,
+    at most `max_passes`."""
 
     requests_per_pass: int
     max_passes: int

@@ -16,11 +16,12 @@ from specq.pipeline.bench.analysis import (
     speedup_range,
     spread,
     step_cost,
+    warmup_settled,
 )
 from specq.pipeline.bench.metrics import Scrape, server_check
 from specq.pipeline.bench.runner import default_draft_tokens, dflash_block_size, draft_token_values
 from specq.pipeline.config.models import SpecqConfig
-from specq.pipeline.report.models import Acceptance, RequestRecord, Run, ServerCheck, Trial
+from specq.pipeline.report.models import Acceptance, Consistency, RequestRecord, Run, ServerCheck, Trial
 
 
 def rec(ttft: float, e2e: float, tokens: int = 20) -> RequestRecord:
@@ -69,6 +70,41 @@ def test_spread_speedup_range_and_step_cost():
     step_cost(base, run)
     assert run.step_cost_source == "server" and run.decode_speedup == pytest.approx(2.5)
     assert run.step_cost_ratio == pytest.approx(5.0 / 2.5)
+
+
+def test_step_cost_takes_the_server_rate_on_the_headline_basis():
+    # the headline is a median over trials; the server's figure must be too, or trial-to-trial noise (the
+    # H200's k = 15 trials: 1291, 1813, 1357 tok/s by the server) reads as client-server disagreement
+    def trial(i: int, server: float, steady: bool = True) -> Trial:
+        return Trial(
+            index=i, steady=steady, consistency=Consistency(tolerance=0.1, server_decode_tokens_per_s=server)
+        )
+
+    base = Run(label="baseline", draft_tokens=0, concurrency=1, baseline=True,
+               trials=[trial(0, 383.0), trial(1, 332.0), trial(2, 322.0)],
+               server=ServerCheck(server_decode_tokens_per_s=343.4))  # fmt: skip
+    run = Run(label="k=15", draft_tokens=15, concurrency=1,
+              trials=[trial(0, 1290.7), trial(1, 1813.2), trial(2, 1356.6), trial(3, 9999.0, steady=False)],
+              server=ServerCheck(server_decode_tokens_per_s=1453.9),
+              acceptance=Acceptance(source="lmdeploy:", drafts=1, draft_tokens=15, accepted_tokens=11,
+                                    acceptance_length=12.13))  # fmt: skip
+    step_cost(base, run)
+    assert run.step_cost_source == "server"
+    assert run.decode_speedup == pytest.approx(
+        1356.6 / 332.0
+    )  # medians of the steady trials, not 1453.9 / 343.4
+    assert run.step_cost_ratio == pytest.approx(12.13 / (1356.6 / 332.0))
+
+
+def test_warmup_settles_when_the_rate_stops_rising():
+    # output tok/s of the H200's warm-up passes (2026-12-01, small AWQ toy, k = 5 and k = 15): the first pass
+    # pays the compiles; after it, passes vary 10-20 % with no trend
+    assert not warmup_settled([656.3], 0.05)
+    assert not warmup_settled([656.3, 768.4], 0.05)  # still 17 % faster: maybe still compiling
+    assert warmup_settled([656.3, 768.4, 672.3], 0.05)  # slower than the last: noise, not warm-up
+    assert not warmup_settled([759.6, 1038.6, 1172.3, 1350.4], 0.05)
+    assert warmup_settled([759.6, 1038.6, 1172.3, 1350.4, 1097.2], 0.05)
+    assert warmup_settled([100.0, 104.0], 0.05) and not warmup_settled([100.0, 106.0], 0.05)
 
 
 def test_edge_note_names_the_edge_and_the_limit():
