@@ -177,7 +177,24 @@ def _lmdeploy_checks() -> list[Check]:
                 fix=None if pt is None else "reinstall lmdeploy with a matching torch (<= 2.12.1)",
             )
         )
+        add(_linear_attention_check())
     return checks
+
+
+def _linear_attention_check() -> Check:
+    """The packages LMDeploy's PyTorch engine runs linear-attention layers (Qwen3.5, Qwen3-Next) with on CUDA,
+    which lmdeploy does not install (`serve.preflight.LINEAR_ATTENTION_PACKAGES`)."""
+    from ..serve.preflight import LINEAR_ATTENTION_PACKAGES
+
+    missing = [pip for module, pip in LINEAR_ATTENTION_PACKAGES.items() if hardware.try_import(module)]
+    return Check(
+        name="linear-attention",
+        status="warn" if missing else "ok",
+        detail=f"{', '.join(missing)} not importable" if missing else "fla and tilelang import",
+        fix=f"Qwen3.5/Qwen3-Next on LMDeploy's PyTorch engine need them: pip install {' '.join(missing)}"
+        if missing
+        else None,
+    )
 
 
 def _fa3_check(coverage: Fa3Coverage | None) -> Check:

@@ -186,7 +186,7 @@ def _eagle_problems(target: Checkpoint, draft: Checkpoint, draft_tokens: int) ->
 _KV_LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
 
 
-def _recurrent_layer_types(target: Checkpoint) -> list[str]:
+def recurrent_layer_types(target: Checkpoint) -> list[str]:
     """The target's layer types that keep a recurrent state (Qwen3.5's `linear_attention`: Gated DeltaNet)."""
     types = target.text_config.get("layer_types")
     if not isinstance(types, list):
@@ -197,7 +197,7 @@ def _recurrent_layer_types(target: Checkpoint) -> list[str]:
 def _draft_model_problems(target: Checkpoint, draft: Checkpoint, draft_tokens: int) -> list[str]:
     """A plain draft model proposes token ids: it must share the target's tokenizer; and the embedded
     engine verifies with transformers' assisted generation, which refuses stateful targets."""
-    recurrent = _recurrent_layer_types(target)
+    recurrent = recurrent_layer_types(target)
     if recurrent:
         # transformers 5.17 GenerationMixin._validate_assistant: "assisted generation is not supported with
         # stateful models, such as Qwen3_5ForCausalLM" (a recurrent state cannot drop rejected tokens).

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import hardware
+from ..checkpoint import Checkpoint
+from ..engines.speculation import recurrent_layer_types
 from ..errors import EnvironmentMissing, InputError
 from ..fa3.installed import build_command, installed_coverage
 from ..fa3.kernels import Dtype, derive_needs
@@ -18,6 +20,12 @@ MIN_COMPUTE_CAPABILITY = {"turbomind": (7, 0), "pytorch": (7, 5)}
 TURBOMIND_MODULE = "lmdeploy.lib._turbomind"
 # `engine.dtype` (specq serve --dtype) → the FA3 dtype it runs; "auto" derives it from the checkpoint.
 ENGINE_DTYPES: dict[str, Dtype] = {"float16": "fp16", "bfloat16": "bf16"}
+# LMDeploy 0.18's PyTorch engine runs Gated DeltaNet (linear-attention) layers on CUDA with two packages it
+# does not install: fla (`pytorch/configurations/qwen3_next.py` `_check_env_qwen3_next`: "Qwen3-Next cuda
+# support requires https://github.com/fla-org/flash-linear-attention") and tilelang (`pytorch/backends/cuda/
+# gated_delta_rule.py`: "fla and tilelang is required for CudaGatedDeltaRuleImpl"; `causal_conv1d.py` takes
+# tilelang or Dao's causal-conv1d: "No available implementation for CausalConv1d"). Module → pip name.
+LINEAR_ATTENTION_PACKAGES = {"fla": "flash-linear-attention", "tilelang": "tilelang"}
 
 
 def _cc(value: str | None) -> tuple[int, int] | None:
@@ -71,11 +79,38 @@ def lmdeploy_problems(
                 f"TurboMind's native module does not import ({reason}); "
                 "install the lmdeploy build that matches your CUDA runtime, or use --backend pytorch"
             )
+    if backend == "pytorch":
+        problem = linear_attention_problem(models)
+        if problem:
+            problems.append(problem)
     if speculative or backend == "pytorch":
         problem = fa3_problem(speculative, models, dtype)
         if problem:
             problems.append(problem)
     return problems
+
+
+def linear_attention_problem(models: Sequence[str | Path]) -> str | None:
+    """Why LMDeploy's PyTorch engine would die at start-up on a target with linear-attention layers (Qwen3.5,
+    Qwen3-Next): the packages it runs them with on CUDA do not import. Seen on the H200 (2026-12-01) with the
+    Qwen3.5-shaped toy: first the fla ImportError, then, with fla, the CausalConv1d RuntimeError."""
+    if not models:
+        return None
+    try:
+        recurrent = recurrent_layer_types(Checkpoint(models[0]))
+    except InputError:  # a target the check cannot read: the serve stage reports it
+        return None
+    if not recurrent:
+        return None
+    missing = [pip for module, pip in LINEAR_ATTENTION_PACKAGES.items() if hardware.try_import(module)]
+    if not missing:
+        return None
+    return (
+        f"{models[0]} has {'/'.join(recurrent)} layers, which LMDeploy's PyTorch engine runs on CUDA with "
+        f"flash-linear-attention and tilelang, and {' and '.join(missing)} "
+        f"{'does' if len(missing) == 1 else 'do'} not import: "
+        f"pip install {' '.join(missing)}"
+    )
 
 
 def fa3_problem(speculative: bool, models: Sequence[str | Path] = (), dtype: str = "auto") -> str | None:

@@ -12,7 +12,7 @@ from specq.pipeline.errors import EnvironmentMissing
 from specq.pipeline.hardware import GpuInfo
 from specq.pipeline.serve import ServeRequest, preflight
 
-from .conftest import write_ckpt
+from .conftest import QWEN3, write_ckpt
 
 H200 = GpuInfo(index=0, name="NVIDIA H200", memory_total_bytes=141 * 2**30, compute_capability="9.0")
 P100 = GpuInfo(index=0, name="Tesla P100", memory_total_bytes=16 * 2**30, compute_capability="6.0")
@@ -21,10 +21,16 @@ P100 = GpuInfo(index=0, name="Tesla P100", memory_total_bytes=16 * 2**30, comput
 @pytest.fixture
 def machine(monkeypatch: pytest.MonkeyPatch):
     """Defaults to a complete GPU machine; each test removes one piece."""
-    state = {"lmdeploy": "0.18.0", "gpus": [H200], "turbomind": None, "fa3": None}
+    state = {"lmdeploy": "0.18.0", "gpus": [H200], "turbomind": None, "fa3": None, "missing": set()}
     monkeypatch.setattr(hardware, "lmdeploy_version", lambda: state["lmdeploy"])
     monkeypatch.setattr(hardware, "list_gpus", lambda: state["gpus"])
-    monkeypatch.setattr(hardware, "try_import", lambda m: state["turbomind"] if "turbomind" in m else None)
+
+    def try_import(module: str) -> str | None:
+        if module in state["missing"]:
+            return f"ModuleNotFoundError: No module named '{module}'"
+        return state["turbomind"] if "turbomind" in module else None
+
+    monkeypatch.setattr(hardware, "try_import", try_import)
     monkeypatch.setattr(hardware, "flash_attention_3", lambda: state["fa3"])
     return state
 
@@ -151,3 +157,48 @@ def test_vram_plan_that_does_not_fit(machine, ckpts) -> None:
     assert problem is not None and problem.startswith("VRAM plan:")
     with pytest.raises(EnvironmentMissing, match="VRAM plan"):
         preflight.require_lmdeploy("pytorch", False, request=ServeRequest.from_config(cfg))
+
+
+def _qwen35_target(tmp_path):
+    """A Qwen3.5-shaped config: Gated DeltaNet (`linear_attention`) layers interleaved with full attention."""
+    text = dict(QWEN3, layer_types=["linear_attention"] * 3 + ["full_attention"], head_dim=256)
+    return write_ckpt(
+        tmp_path / "q35",
+        {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", "text_config": text},
+    )
+
+
+def test_linear_attention_target_needs_fla_and_tilelang_on_the_pytorch_engine(machine, tmp_path) -> None:
+    request = ServeRequest.from_config(_serve_cfg(_qwen35_target(tmp_path)))
+    machine["missing"] = {"fla", "tilelang"}
+    with pytest.raises(EnvironmentMissing) as e:
+        preflight.require_lmdeploy("pytorch", False, request=request)
+    assert "linear_attention layers" in str(e.value) and "\n" not in str(e.value)
+    assert str(e.value).endswith(
+        "flash-linear-attention and tilelang do not import: pip install flash-linear-attention tilelang"
+    )
+    machine["missing"] = {"tilelang"}  # fla alone is not enough: the gated delta rule needs both
+    with pytest.raises(EnvironmentMissing, match=r"and tilelang does not import: pip install tilelang$"):
+        preflight.require_lmdeploy("pytorch", False, request=request)
+    preflight.require_lmdeploy("turbomind", False, request=request)  # TurboMind has its own kernels
+    machine["missing"] = set()
+    preflight.require_lmdeploy("pytorch", False, request=request)
+
+
+def test_plain_target_does_not_need_the_linear_attention_packages(machine, ckpts) -> None:
+    machine["missing"] = {"fla", "tilelang"}
+    preflight.require_lmdeploy(
+        "pytorch", False, request=ServeRequest.from_config(_serve_cfg(ckpts["target"]))
+    )
+
+
+def test_doctor_names_the_missing_linear_attention_packages(machine) -> None:
+    from specq.pipeline.doctor import _lmdeploy_checks
+
+    machine["missing"] = {"tilelang"}
+    check = next(c for c in _lmdeploy_checks() if c.name == "linear-attention")
+    assert check.status == "warn" and check.detail == "tilelang not importable"
+    assert check.fix is not None and check.fix.endswith("pip install tilelang")
+    machine["missing"] = set()
+    check = next(c for c in _lmdeploy_checks() if c.name == "linear-attention")
+    assert check.status == "ok" and check.fix is None
