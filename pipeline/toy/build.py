@@ -30,7 +30,7 @@ from ..progress import Progress, null_progress
 from .acceptance import AcceptanceAtK, heldout_prompts, measure_acceptance
 from .corpus import Corpus, load_corpus
 from .models import SIZES, SizePreset, param_count, qwen3_config
-from .qwen35 import HYBRID, QWEN35_FORMAT_VERSION, TRAINING, VISION_TOKENS
+from .qwen35 import HYBRID, QWEN35_FORMAT_VERSION, TRAINING, VISION_TOKENS, write_preprocessor_config
 
 ARCHS = ("qwen3", "qwen3.5")
 
@@ -250,6 +250,7 @@ def _build(
         from .qwen35_build import save_mtp
 
         save_mtp(out / "target", mtp.head)
+        write_preprocessor_config(out / "target")
 
     from . import acceptance as acceptance_module
 

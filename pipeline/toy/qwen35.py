@@ -20,10 +20,12 @@ Torch-free: the config is built as a dict; `build_qwen35_target` (torch) is impo
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
-QWEN35_FORMAT_VERSION = 1
+QWEN35_FORMAT_VERSION = 2  # 2: preprocessor_config.json written beside the target
 ARCHITECTURE = "Qwen3_5ForConditionalGeneration"
 MODEL_TYPE = "qwen3_5"
 TEXT_MODEL_TYPE = "qwen3_5_text"
@@ -157,6 +159,30 @@ def text_config(spec: HybridSpec, vocab_size: int, *, eos_token_id: int, pad_tok
         "eos_token_id": eos_token_id,
         "pad_token_id": pad_token_id,
     }
+
+
+# The image processor's config, as the real checkpoint ships one (`preprocessor_config.json`), with the
+# patch, temporal-patch and merge sizes of VISION_CONFIG. LMDeploy 0.18 serves Qwen3.5 through its
+# vision-language engine, which loads the processor at start-up even for text-only requests; without the file
+# the server dies ("OSError: Can't load image processor for '…'", seen on the H200, 2026-12-01).
+PREPROCESSOR_CONFIG: dict[str, Any] = {
+    "image_processor_type": "Qwen2VLImageProcessorFast",
+    "processor_class": "Qwen3VLProcessor",
+    "patch_size": VISION_CONFIG["patch_size"],
+    "temporal_patch_size": VISION_CONFIG["temporal_patch_size"],
+    "merge_size": VISION_CONFIG["spatial_merge_size"],
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+    "size": {"longest_edge": 16777216, "shortest_edge": 65536},
+    "do_resize": True,
+    "do_rescale": True,
+    "do_normalize": True,
+    "do_convert_rgb": True,
+}
+
+
+def write_preprocessor_config(target_dir: Path) -> None:
+    (target_dir / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR_CONFIG, indent=2) + "\n")
 
 
 def model_config(

@@ -52,6 +52,12 @@ def test_config_is_the_reference_shape(toy35) -> None:
     assert tc["head_dim"] == 256 and tc["attn_output_gate"] is True and tc["mtp_num_hidden_layers"] == 1
     assert tc["rope_parameters"]["partial_rotary_factor"] == 0.25
     assert isinstance(config["vision_config"], dict) and config["vision_config"]["depth"] == 1
+    # LMDeploy's vision-language engine loads the image processor at start-up (the H200 run died without it)
+    pre = json.loads((toy35.target / "preprocessor_config.json").read_text())
+    vc = config["vision_config"]
+    assert (pre["patch_size"], pre["temporal_patch_size"], pre["merge_size"]) == (
+        vc["patch_size"], vc["temporal_patch_size"], vc["spatial_merge_size"]
+    )  # fmt: skip
     vocab = tc["vocab_size"]
     for key in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id"):
         assert 0 <= config[key] < vocab

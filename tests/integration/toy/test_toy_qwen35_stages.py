@@ -45,6 +45,7 @@ def test_quantize_keeps_what_lmdeploy_needs_unquantized(toy35_awq: Path) -> None
     assert not any(".linear_attn.in_proj_a" in n or ".linear_attn.in_proj_b" in n for n in qweights)
     assert not any(n.startswith("mtp.") or ".visual." in n for n in qweights)
     assert any(n.startswith("mtp.") for n in names)  # the MTP head travels with the target
+    assert (toy35_awq / "preprocessor_config.json").is_file()  # and the processor LMDeploy loads at start-up
     report = json.loads((toy35_awq / "quant_report.json").read_text())
     assert 0.9 < report["quality"]["perplexity_ratio"] < 1.1
 
