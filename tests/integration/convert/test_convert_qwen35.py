@@ -5,11 +5,11 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
+from benchmarks.qwen35_load_probe import BREAKS, make_broken
 from specq.pipeline.convert import check_readiness
 from specq.pipeline.convert.verdict import ConvertReport
 
@@ -60,26 +60,6 @@ def test_gptq_is_fixable_by_repack_and_repack_keeps_it_servable(
     assert again.verdict("pytorch").status == "accepted" and again.ready
 
 
-def _rewrite(src: Path, dst: Path, edit) -> Path:
-    """A copy of `src` whose tensors (and config) `edit(tensors, config)` changes."""
-    from safetensors.torch import load_file, save_file
-
-    shutil.copytree(src, dst)
-    tensors = load_file(str(dst / "model.safetensors"))
-    config = json.loads((dst / "config.json").read_text())
-    edit(tensors, config)
-    save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
-    (dst / "config.json").write_text(json.dumps(config))
-    return dst
-
-
-def _quantize_like(tensors: dict, prefix: str, like: str) -> None:
-    """Store `prefix` the way `like` (an AWQ linear) is stored: qweight/qzeros/scales instead of weight."""
-    del tensors[f"{prefix}.weight"]
-    for suffix in ("qweight", "qzeros", "scales"):
-        tensors[f"{prefix}.{suffix}"] = tensors[f"{like}.{suffix}"].clone()
-
-
 L0 = "model.language_model.layers.0.linear_attn"
 
 
@@ -100,29 +80,8 @@ L0 = "model.language_model.layers.0.linear_attn"
 def test_broken_copies_are_refused_as_lmdeploy_fails(
     qwen35_quantized: dict[str, Path], tmp_path: Path, case: str, rule: str, expect: str
 ) -> None:
-    import torch
-
-    def edit(t: dict, config: dict) -> None:
-        qc = config["quantization_config"]
-        if case == "gate_quantized":
-            _quantize_like(t, f"{L0}.in_proj_a", f"{L0}.in_proj_z")
-        elif case == "qkv_unquantized":
-            for suffix in ("qweight", "qzeros", "scales"):
-                del t[f"{L0}.in_proj_qkv.{suffix}"]
-            t[f"{L0}.in_proj_qkv.weight"] = torch.zeros(256, 128, dtype=torch.float16)
-        elif case == "mtp_unmarked":
-            del qc["modules_to_not_convert"]
-        elif case == "no_mtp":
-            for name in [n for n in t if n.startswith("mtp.")]:
-                del t[name]
-        elif case == "compressed_tensors":
-            config["quantization_config"] = {
-                "quant_method": "compressed-tensors", "format": "pack-quantized",
-                "config_groups": {"group_0": {"format": "pack-quantized", "targets": ["Linear"],
-                                              "weights": {"num_bits": 4, "type": "int", "group_size": 32}}},
-            }  # fmt: skip
-
-    broken = _rewrite(qwen35_quantized["awq"], tmp_path / case, edit)
+    assert BREAKS[case][0] == rule  # the GPU probe (benchmarks/qwen35_load_probe.py) breaks the same rule
+    broken = make_broken(qwen35_quantized["awq"], tmp_path / case, case)
     report = check_readiness(broken, write_manifest=False)
     pt = report.verdict("pytorch")
     assert pt.status == "refused" and not report.ready
