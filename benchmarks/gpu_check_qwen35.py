@@ -1,5 +1,5 @@
-"""The Qwen3.5-shaped toy on an H200, in one device call of at most 10 minutes (not yet run: written on a CPU
-machine, for the lead to run).
+"""The Qwen3.5-shaped toy on an H200, in one device call of at most 10 minutes (its steps ran by hand on
+2026-12-01 and stopped at LMDeploy's missing packages; the script as a whole has not run).
 
     python benchmarks/gpu_check_qwen35.py --root ROOT --fa3-source DIR [--out gpu-check-qwen35]
         [--awq-target DIR] [--draft-tokens 3..6] [--budget 570]
@@ -16,7 +16,14 @@ is below its reserve:
   each `--draft-tokens 3..6` against its k = 0 baseline.
 - bench-awq-mtp: the same with `--method qwen3_5_mtp` on `--awq-target` when given (an AWQ copy of the toy
   target made on CPU by `specq quantize`; without it the GPU run is bf16 only).
-`sweeps.md` holds one Markdown table per sweep (benchmarks/gpu_check.py's `sweep_table`)."""
+- probe (with `--awq-target`): `benchmarks/qwen35_load_probe.py make` + `run` — LMDeploy launched on the AWQ
+  copy and on copies broken the ways `specq convert` predicts it refuses, each outcome against the
+  prediction (`probe/results.json`).
+
+LMDeploy's PyTorch engine needs flash-linear-attention and tilelang (with z3-solver) for the Gated DeltaNet
+layers on CUDA and installs neither; `specq bench` refuses up front without them (first H200 try,
+2026-12-01: docs/verification.md, third session). `sweeps.md` holds one Markdown table per sweep
+(benchmarks/gpu_check.py's `sweep_table`)."""
 
 from __future__ import annotations
 
@@ -89,6 +96,9 @@ def main() -> int:
         bench("bench-dflash", target, "dflash", drafter, 120)
     if args.awq_target:
         bench("bench-awq-mtp", args.awq_target, "qwen3_5_mtp", None, 120)
+        probe = [sys.executable, str(Path(__file__).resolve().parent / "qwen35_load_probe.py")]
+        if step("probe-make", [*probe, "make", str(args.awq_target), str(out / "probe")], 30)["exit"] == 0:
+            step("probe", [*probe, "run", str(out / "probe"), "--timeout", "150"], 170)
     (out / "sweeps.md").write_text("\n".join(tables))
     print("\n".join(tables), flush=True)
     return 0 if all(r.get("exit") == 0 for r in results) else 1
