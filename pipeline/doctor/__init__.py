@@ -183,10 +183,10 @@ def _lmdeploy_checks() -> list[Check]:
 
 def _linear_attention_check() -> Check:
     """The packages LMDeploy's PyTorch engine runs linear-attention layers (Qwen3.5, Qwen3-Next) with on CUDA,
-    which lmdeploy does not install (`serve.preflight.LINEAR_ATTENTION_PACKAGES`)."""
-    from ..serve.preflight import LINEAR_ATTENTION_PACKAGES
+    which lmdeploy does not install (`serve.preflight.missing_linear_attention_packages`)."""
+    from ..serve.preflight import missing_linear_attention_packages
 
-    missing = [pip for module, pip in LINEAR_ATTENTION_PACKAGES.items() if hardware.try_import(module)]
+    missing = missing_linear_attention_packages()
     return Check(
         name="linear-attention",
         status="warn" if missing else "ok",

@@ -90,6 +90,11 @@ def lmdeploy_problems(
     return problems
 
 
+def missing_linear_attention_packages() -> list[str]:
+    """The pip names of LINEAR_ATTENTION_PACKAGES whose module does not import here."""
+    return [pip for module, pip in LINEAR_ATTENTION_PACKAGES.items() if hardware.try_import(module)]
+
+
 def linear_attention_problem(models: Sequence[str | Path]) -> str | None:
     """Why LMDeploy's PyTorch engine would die at start-up on a target with linear-attention layers (Qwen3.5,
     Qwen3-Next): the packages it runs them with on CUDA do not import. Seen on the H200 (2026-12-01) with the
@@ -102,7 +107,7 @@ def linear_attention_problem(models: Sequence[str | Path]) -> str | None:
         return None
     if not recurrent:
         return None
-    missing = [pip for module, pip in LINEAR_ATTENTION_PACKAGES.items() if hardware.try_import(module)]
+    missing = missing_linear_attention_packages()
     if not missing:
         return None
     return (
