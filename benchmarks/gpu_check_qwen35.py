@@ -1,5 +1,6 @@
 """The Qwen3.5-shaped toy on an H200, in one device call of at most 10 minutes (its steps ran by hand on
-2026-12-01 and stopped at LMDeploy's missing packages; the script as a whole has not run).
+2026-12-01, first stopped at LMDeploy's missing packages, then at the fp16/bf16 state-dtype crash that specq
+now avoids with --dtype bfloat16; the script as a whole has not run).
 
     python benchmarks/gpu_check_qwen35.py --root ROOT --fa3-source DIR [--out gpu-check-qwen35]
         [--awq-target DIR] [--draft-tokens 3..6] [--budget 570]
@@ -14,11 +15,12 @@ is below its reserve:
 - bench-mtp, then bench-dflash: `specq bench ROOT/target --engine lmdeploy --backend pytorch --method
   qwen3_5_mtp` (the MTP head inside the target, no draft model) and `--method dflash --draft-model DRAFTER`,
   each `--draft-tokens 3..6` against its k = 0 baseline.
-- bench-awq-mtp: the same with `--method qwen3_5_mtp` on `--awq-target` when given (an AWQ copy of the toy
-  target made on CPU by `specq quantize`; without it the GPU run is bf16 only).
-- probe (with `--awq-target`): `benchmarks/qwen35_load_probe.py make` + `run` — LMDeploy launched on the AWQ
-  copy and on copies broken the ways `specq convert` predicts it refuses, each outcome against the
-  prediction (`probe/results.json`).
+- probe (with `--awq-target`, an AWQ copy made on CPU by `specq quantize --for plain`):
+  `benchmarks/qwen35_load_probe.py make AWQ OUT --target ROOT/target` + `run` — LMDeploy launched on the AWQ
+  copy (refused: AWQ runs in fp16, the Gated DeltaNet state in bf16), on the bf16 target with MTP (must
+  load) and on copies broken the ways `specq convert` predicts it refuses, each outcome against the
+  prediction (`probe/results.json`). There is no AWQ bench: specq refuses a quantized Qwen3.5 on the
+  PyTorch engine up front (engines/qwen35.py).
 
 LMDeploy's PyTorch engine needs flash-linear-attention and tilelang (with z3-solver) for the Gated DeltaNet
 layers on CUDA and installs neither; `specq bench` refuses up front without them (first H200 try,
@@ -95,9 +97,9 @@ def main() -> int:
     if drafter.exists():
         bench("bench-dflash", target, "dflash", drafter, 120)
     if args.awq_target:
-        bench("bench-awq-mtp", args.awq_target, "qwen3_5_mtp", None, 120)
         probe = [sys.executable, str(Path(__file__).resolve().parent / "qwen35_load_probe.py")]
-        if step("probe-make", [*probe, "make", str(args.awq_target), str(out / "probe")], 30)["exit"] == 0:
+        make = [*probe, "make", str(args.awq_target), str(out / "probe"), "--target", str(target)]
+        if step("probe-make", make, 30)["exit"] == 0:
             step("probe", [*probe, "run", str(out / "probe"), "--timeout", "150"], 170)
     (out / "sweeps.md").write_text("\n".join(tables))
     print("\n".join(tables), flush=True)

@@ -73,7 +73,8 @@ def tiny_qwen35(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def qwen35_quantized(tiny_qwen35: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The tiny Qwen3.5 quantized by `specq quantize`'s `quantize()` with gptqmodel, once per session:
-    "gptq" (for plain: stays GPTQ) and "awq" (for speculative, the default), as gptqmodel writes them."""
+    "gptq" and "awq", both --for plain (--for speculative refuses Qwen3.5: engines/qwen35.py), as gptqmodel
+    writes them."""
     pytest.importorskip("gptqmodel")
     from specq.pipeline.config.models import QuantizeSection
     from specq.pipeline.quantize import QuantizeRequest, quantize
@@ -82,7 +83,7 @@ def qwen35_quantized(tiny_qwen35: Path, tmp_path_factory: pytest.TempPathFactory
     root = tmp_path_factory.mktemp("qwen35-q")
     calib = write_jsonl(root / "calib.jsonl", calibration_rows(1500))
     out = {}
-    for method, target in (("gptq", "plain"), ("awq", "speculative")):
+    for method, target in (("gptq", "plain"), ("awq", "plain")):
         cfg = QuantizeSection.model_validate(
             {"method": method, "for": target, "backend": "gptqmodel", "calib": str(calib), "device": "cpu",
              "samples": 4, "seqlen": 64, "eval_samples": 2}

@@ -81,7 +81,9 @@ def repack_blockers(target: Checkpoint) -> list[str]:
 def pytorch_engine_verdict(target: Checkpoint) -> EngineVerdict:
     q = target.quantization
     if q is None:
-        return EngineVerdict(engine="pytorch", status="accepted")
+        bf16 = qwen35.serve_dtype(target)
+        reasons = [f"runs in {bf16}: specq serve passes --dtype {bf16} (engines/qwen35.py)"] if bf16 else []
+        return EngineVerdict(engine="pytorch", status="accepted", reasons=reasons)
     m = q.method
     findings = qwen35.pytorch_findings(target)
     arch = qwen35.failed(findings)

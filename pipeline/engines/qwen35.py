@@ -24,6 +24,16 @@ PyTorch engine (`pytorch/models/qwen3_5.py`, `qwen3_5_mtp.py`, `pytorch/config.p
   check), the head then runs uninitialised. Its attention and MLP are built like the target's (quantized as
   the checkpoint says, with prefixes `mtp.layers.N.self_attn.qkv_proj` etc.), `mtp.fc` never quantized.
 
+- Dtype (seen on the H200, 2026-12-01): `pytorch/configurations/qwen3_5.py` allocates the Gated DeltaNet's
+  conv and recurrent states in bf16 on every GPU with bf16 (sm80+, so every GPU FA3 runs on), whatever the
+  model runs in, while `_update_torch_dtype` runs AWQ in fp16 always and a float32/float16 checkpoint in fp16
+  under `--dtype auto`. The first prefill then dies in `backends/cuda/causal_conv1d.py` (`RuntimeError:
+  index_copy_(): self and source expected to have the same dtype, but got (self) BFloat16 and (source) Half`;
+  with speculation `Index put requires the source and destination dtypes match, got BFloat16 …`). So a
+  Qwen3.5 target runs on the PyTorch engine in bf16 only: specq launches unquantized ones with `--dtype
+  bfloat16` (`serve_dtype`), and AWQ (hence every quantized target: GPTQ is refused, compressed-tensors too)
+  is refused (`state_dtype_finding`).
+
 TurboMind (`turbomind/supported_models.py` lists Qwen3_5ForConditionalGeneration; `turbomind/models/
 qwen3_5.py` builds every linear through its format resolver, so quantized and unquantized projections both
 load): the vision tower's head dim (hidden_size / num_heads) must be 64 or 72 (`_VIT_HEAD_DIM_PADDED`, else
@@ -54,8 +64,55 @@ TM_VIT_HEAD_DIMS = (64, 72)
 _QUANT_SUFFIXES = ("qweight", "weight_packed")
 
 
+STATE_DTYPE = "bfloat16"  # LMDeploy 0.18's Gated DeltaNet state dtype on sm80+ GPUs
+STATE_DTYPE_ERROR = (
+    "RuntimeError: index_copy_(): self and source expected to have the same dtype, but got (self) BFloat16 "
+    "and (source) Half"
+)
+
+
 def is_qwen35(ckpt: Checkpoint) -> bool:
     return bool(ckpt.architectures) and ckpt.architectures[0] in ARCHITECTURES
+
+
+def has_gated_delta(ckpt: Checkpoint) -> bool:
+    """Gated DeltaNet (`linear_attention`) layers: Qwen3.5, Qwen3.5-MoE, Qwen3-Next. LMDeploy 0.18 keeps
+    their state in bf16 for all of them (`configurations/qwen3_5.py`, `qwen3_next.py`)."""
+    types = ckpt.text_config.get("layer_types")
+    return isinstance(types, list) and "linear_attention" in types
+
+
+def serve_dtype(ckpt: Checkpoint) -> str | None:
+    """The `--dtype` specq launches LMDeploy's PyTorch engine with for `ckpt` when the user leaves it at
+    'auto': bf16 for an unquantized Gated DeltaNet target (its state is bf16 whatever the model runs in),
+    None (LMDeploy's own 'auto') for everything else."""
+    return STATE_DTYPE if has_gated_delta(ckpt) and ckpt.quantization is None else None
+
+
+def speculative_quantize_refusal(ckpt: Checkpoint) -> str | None:
+    """Why `specq quantize --for speculative` refuses a Gated DeltaNet model (None for other models)."""
+    if not has_gated_delta(ckpt):
+        return None
+    return (
+        "LMDeploy 0.18's PyTorch engine (the one that speculates) runs 4-bit AWQ in fp16 but keeps this "
+        "model's linear-attention state in bf16, so a quantized copy fails at its first prefill (seen on the "
+        "H200 with the Qwen3.5 toy); quantize with --for plain for TurboMind (no speculation), or speculate "
+        "with the bf16 checkpoint"
+    )
+
+
+def state_dtype_finding(ckpt: Checkpoint) -> Finding:
+    """AWQ (fp16 in LMDeploy 0.18, always) against the bf16 Gated DeltaNet state: refused."""
+    return Finding(
+        rule="qwen3_5.state_dtype",
+        passed=False,
+        source="lmdeploy/pytorch/configurations/qwen3_5.py (states_shapes: bf16 on sm80+); "
+        f"{SRC_CONFIG} _update_torch_dtype (AWQ -> float16)",
+        detail="AWQ runs in fp16 but LMDeploy keeps the linear-attention state in bf16, so the first "
+        "prefill fails; serve the bf16 checkpoint on the PyTorch engine, or the AWQ one on TurboMind "
+        "without speculation",
+        expect=STATE_DTYPE_ERROR,
+    )
 
 
 def linear_storage(ckpt: Checkpoint) -> tuple[set[str], set[str]]:
@@ -87,10 +144,15 @@ def _lmdeploy_ignores(ckpt: Checkpoint, module: str) -> bool:
 
 
 def pytorch_findings(ckpt: Checkpoint) -> list[Finding]:
-    """The PyTorch engine's Qwen3.5 rules on a quantized checkpoint (empty for other models / unquantized)."""
+    """The PyTorch engine's Qwen3.5 rules on a quantized checkpoint, and the state-dtype rule on any quantized
+    Gated DeltaNet model (empty for other models / unquantized)."""
     q = ckpt.quantization
-    if not is_qwen35(ckpt) or q is None:
+    if q is None:
         return []
+    # AWQ runs in fp16 (GPTQ only repacked to AWQ); compressed-tensors would run in the config's dtype
+    dtype_rule = [state_dtype_finding(ckpt)] if has_gated_delta(ckpt) and q.method in ("awq", "gptq") else []
+    if not is_qwen35(ckpt):
+        return dtype_rule
     if q.method == "compressed-tensors":
         return [
             Finding(
@@ -103,7 +165,7 @@ def pytorch_findings(ckpt: Checkpoint) -> list[Finding]:
             )
         ]
     quantized, plain = linear_storage(ckpt)
-    findings = []
+    findings = dtype_rule
     gdn_plain = {p for p in plain if ".linear_attn." in p and p.rpartition(".")[2] in GDN_QUANTIZED}
     findings.append(
         Finding(

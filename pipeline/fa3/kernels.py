@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from ..checkpoint import Checkpoint
+from ..engines.qwen35 import serve_dtype
 from ..errors import InputError
 
 Dtype = Literal["bf16", "fp16"]
@@ -115,10 +116,13 @@ def _config_dtype(ckpt: Checkpoint) -> str | None:
 def engine_dtype(ckpt: Checkpoint) -> tuple[Dtype, str]:
     """The dtype LMDeploy's PyTorch engine (dtype 'auto') runs a target in, and why. Mirrors
     `lmdeploy/pytorch/config.py::_update_torch_dtype`: AWQ → fp16; else the config's dtype when it is fp16 or
-    bf16; anything else (float32, none) → fp16 (LMDeploy's fallback: FA3 has no fp32 kernels)."""
+    bf16; anything else (float32, none) → fp16 (LMDeploy's fallback: FA3 has no fp32 kernels). An unquantized
+    Qwen3.5 runs in bf16 whatever its config says: specq serves it with --dtype bfloat16 (qwen35.py)."""
     quant = ckpt.quantization
     if quant is not None and quant.method in FP16_QUANT_METHODS:
         return "fp16", f"{quant.method.upper()} target: LMDeploy's PyTorch engine runs it in fp16"
+    if serve_dtype(ckpt) is not None:
+        return "bf16", "Qwen3.5 target: specq serves it with --dtype bfloat16 (bf16 linear-attention state)"
     said = _config_dtype(ckpt)
     if said in TORCH_DTYPES:
         return TORCH_DTYPES[said], f"config dtype {said}"

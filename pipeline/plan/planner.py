@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..checkpoint import DTYPE_BYTES, Checkpoint, validate_checkpoint
 from ..config.models import EngineSection, Method, PlanSection, SpecqConfig
 from ..engines import ServerName
+from ..engines.qwen35 import serve_dtype
 from ..engines.speculation import target_has_mtp
 from ..errors import ConfigError, EnvironmentMissing, InputError
 from .shapes import ModelShape, estimate_weights, shape_from_config
@@ -252,12 +253,23 @@ def _gpu_memory(cfg: PlanRequest, gpu_memory_bytes: int | None) -> tuple[int, st
     return g.memory_total_bytes, f"NVML GPU 0: {g.name}"
 
 
+def _forced_dtype(model: _Model, engine: ServerName, cfg: PlanRequest) -> str | None:
+    """bf16 for an unquantized Qwen3.5 on LMDeploy's PyTorch engine with dtype 'auto': specq serve passes
+    --dtype bfloat16 (engines/qwen35.py); None otherwise."""
+    if engine != "lmdeploy" or cfg.engine.backend == "turbomind" or cfg.engine.dtype != "auto":
+        return None
+    return serve_dtype(model.ckpt)
+
+
 def _compute_dtype(model: _Model, engine: ServerName, cfg: PlanRequest) -> tuple[str, int]:
     """The dtype activations and the KV cache use. LMDeploy: 'auto' runs fp32/fp16 models in fp16, bf16
     models in bf16, AWQ/GPTQ targets in fp16. Embedded: the checkpoint's dtype unless engine.dtype says."""
     want = cfg.engine.dtype
     if want != "auto":
         return want, _dtype_bytes(want)
+    forced = _forced_dtype(model, engine, cfg)
+    if forced:
+        return forced, 2
     dt = str(model.ckpt.torch_dtype or "float16").lower()
     if engine == "lmdeploy":
         if model.ckpt.quantization is not None or dt in ("float32", "float16"):
@@ -403,6 +415,8 @@ def _assumptions(plan: MemoryPlan, t: _Model, engine: ServerName, spec: int, inc
 def _draft_dtype(t: _Model, d: _Model | None, engine: ServerName, cfg: PlanRequest, t_dtype: str) -> str:
     if d is not None and engine == "lmdeploy" and t.ckpt.quantization is not None:
         return "float16"  # AWQ runs in fp16 in the PyTorch engine; the drafter must match (serve casts it)
+    if d is not None and t_dtype == _forced_dtype(t, engine, cfg):
+        return t_dtype  # --dtype bfloat16 loads the drafter in bf16 too
     if d is not None:
         return _compute_dtype(d, engine, cfg)[0]
     return t_dtype

@@ -230,6 +230,12 @@ def quantize(cfg: QuantizeRequest, progress: Progress = null_progress) -> Quanti
         raise InputError(
             f"{model} is already quantized ({ckpt.quantization.method}); pass the original model"
         )
+    if cfg.target == "speculative":
+        from ..engines.qwen35 import speculative_quantize_refusal
+
+        why = speculative_quantize_refusal(ckpt)
+        if why:
+            raise UsageError(f"{model.name}: {why}")
     method, sym, backend, warnings = plan(cfg)
     refusal = architecture_refusal(backend, ckpt.config.get("model_type"))
     if refusal:

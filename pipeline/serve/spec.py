@@ -241,6 +241,8 @@ def resolve_spec(request: ServeRequest, progress: Progress = null_progress) -> S
     backend: str | None = None
     if server == "lmdeploy":
         backend = _lmdeploy_backend(request, method, target)
+        if backend == "pytorch":
+            request = _pytorch_dtype(request, target, progress)
     elif request.backend not in ("auto",):
         progress(f"--backend {request.backend} applies to LMDeploy only; the embedded engine ignores it")
     draft_fp16 = _fp16_drafter(target, draft, backend, progress)
@@ -286,6 +288,30 @@ def _lmdeploy_backend(request: ServeRequest, method: str | None, target: Checkpo
         if refusal:
             raise UsageError(refusal)
     return backend
+
+
+def _pytorch_dtype(request: ServeRequest, target: Checkpoint, progress: Progress) -> ServeRequest:
+    """`request` with the dtype LMDeploy's PyTorch engine must run `target` in: bf16 for an unquantized
+    Gated DeltaNet model such as Qwen3.5 (its state is bf16 whatever the model runs in; engines/qwen35.py),
+    which 'auto' would run in fp16 when the checkpoint is float32 or float16. Another dtype is refused."""
+    from ..engines.qwen35 import serve_dtype
+
+    need, asked = serve_dtype(target), request.options.dtype
+    if need is None or asked == need:
+        return request
+    if asked != "auto":
+        raise UsageError(
+            f"{target.name} has Gated DeltaNet layers and LMDeploy 0.18's PyTorch engine keeps their "
+            f"linear-attention state in {need}: --dtype {asked} fails at the first prefill; "
+            f"use --dtype {need} (or auto)"
+        )
+    progress(
+        f"{target.name}: serving in {need} (--dtype {need}): LMDeploy 0.18 keeps the linear-attention state "
+        "in bf16, and the checkpoint's own dtype would run in fp16"
+        if target.torch_dtype != need
+        else f"{target.name}: serving in {need} (--dtype {need})"
+    )
+    return dataclasses.replace(request, options=dataclasses.replace(request.options, dtype=need))
 
 
 def _fp16_drafter(

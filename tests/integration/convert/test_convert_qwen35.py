@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from benchmarks.qwen35_load_probe import BREAKS, make_broken
+from specq.pipeline.checkpoint import Checkpoint
 from specq.pipeline.convert import check_readiness
 from specq.pipeline.convert.verdict import ConvertReport
+from specq.pipeline.engines.qwen35 import STATE_DTYPE_ERROR
 
 pytestmark = pytest.mark.integration
 
@@ -20,19 +22,26 @@ def findings(report: ConvertReport, engine: str) -> dict[str, dict]:
     return {f.rule: f.model_dump() for f in report.verdict(engine).findings}  # type: ignore[arg-type]
 
 
-def test_awq_from_specq_quantize_is_accepted_with_mtp(qwen35_quantized: dict[str, Path], cli) -> None:
+def test_awq_from_specq_quantize_loads_but_is_refused_for_its_state_dtype(
+    qwen35_quantized: dict[str, Path], cli
+) -> None:
+    """Every load rule passes on gptqmodel's AWQ (the H200 saw it load), but LMDeploy 0.18 runs AWQ in fp16
+    and the Gated DeltaNet state in bf16: the first prefill died there, so the PyTorch engine refuses it."""
     code, out, _ = cli("convert", str(qwen35_quantized["awq"]), "--json")
-    assert code == 0
     report = ConvertReport.model_validate(json.loads(out)["report"])
-    assert report.ready and report.engine == "lmdeploy/pytorch"
+    assert code != 0 and not report.ready
     assert report.draft is not None and report.draft.kind == "mtp" and report.draft.problems == []
     pt = findings(report, "pytorch")
     assert set(pt) == {
-        "qwen3_5.linear_attn_projections_quantized", "qwen3_5.linear_attn_gates_unquantized",
-        "qwen3_5.vision_unquantized", "qwen3_5.mtp_weights_present",
+        "qwen3_5.state_dtype", "qwen3_5.linear_attn_projections_quantized",
+        "qwen3_5.linear_attn_gates_unquantized", "qwen3_5.vision_unquantized", "qwen3_5.mtp_weights_present",
         "qwen3_5.mtp_projections_stored_as_built", "qwen3_5.mtp_fc_unquantized",
     }  # fmt: skip
-    assert all(f["passed"] and f["source"].startswith("lmdeploy/") for f in pt.values())
+    assert all(f["source"].startswith("lmdeploy/") for f in pt.values())
+    assert [r for r, f in pt.items() if not f["passed"]] == ["qwen3_5.state_dtype"]
+    assert pt["qwen3_5.state_dtype"]["expect"] == STATE_DTYPE_ERROR
+    v = report.verdict("pytorch")
+    assert v.status == "refused" and "bf16" in v.reasons[0] and not v.fixes
     # specq quantize named the unquantized MTP modules the way LMDeploy matches them
     raw = json.loads((qwen35_quantized["awq"] / "config.json").read_text())["quantization_config"]
     assert set(raw["modules_to_not_convert"]) == {
@@ -47,17 +56,24 @@ def test_awq_from_specq_quantize_is_accepted_with_mtp(qwen35_quantized: dict[str
     )
 
 
-def test_gptq_is_fixable_by_repack_and_repack_keeps_it_servable(
+def test_unquantized_target_is_accepted_in_bf16(tiny_qwen35: Path) -> None:
+    v = check_readiness(tiny_qwen35, write_manifest=False).verdict("pytorch")
+    assert v.status == "accepted" and "--dtype bfloat16" in v.reasons[0]
+
+
+def test_gptq_is_refused_because_its_awq_repack_would_be_and_repack_keeps_the_rules(
     qwen35_quantized: dict[str, Path], tmp_path: Path
 ) -> None:
     report = check_readiness(qwen35_quantized["gptq"], write_manifest=False)
     v = report.verdict("pytorch")
-    assert v.status == "fixable" and "--to awq" in v.fixes[0]
+    assert v.status == "refused" and not v.fixes
+    assert "even repacked to AWQ it would be refused" in v.reasons[1] and "bf16" in v.reasons[1]
     from specq.pipeline.convert import repack_gptq_to_awq
 
     repack_gptq_to_awq(qwen35_quantized["gptq"], tmp_path / "awq")
-    again = check_readiness(tmp_path / "awq", write_manifest=False)
-    assert again.verdict("pytorch").status == "accepted" and again.ready
+    again = check_readiness(tmp_path / "awq", write_manifest=False).verdict("pytorch")
+    assert again.status == "refused"
+    assert [f.rule for f in again.findings if not f.passed] == ["qwen3_5.state_dtype"]
 
 
 L0 = "model.language_model.layers.0.linear_attn"
@@ -88,3 +104,26 @@ def test_broken_copies_are_refused_as_lmdeploy_fails(
     f = {x.rule: x for x in pt.findings}[rule]
     assert not f.passed and f.expect.startswith(expect) and f.source.startswith("lmdeploy/")
     assert any(expect.split(":")[0] in r for r in pt.reasons)
+
+
+def test_load_probe_cases_carry_the_predictions_the_gpu_run_checks(
+    qwen35_quantized: dict[str, Path], tiny_qwen35: Path, tmp_path: Path
+) -> None:
+    """benchmarks/qwen35_load_probe.py make: the AWQ copy launched plain must die of the state dtype, the
+    unquantized target with MTP must load with the --dtype specq serve would pass, no_mtp is cut from it."""
+    from benchmarks.qwen35_load_probe import READY, make
+
+    make(qwen35_quantized["awq"], tmp_path / "probe", tiny_qwen35)
+    cases = json.loads((tmp_path / "probe" / "cases.json").read_text())
+    assert set(cases) == {*BREAKS, "awq", "bf16", "turbomind"}
+    assert cases["awq"] | {"path": None} == {
+        "path": None, "backend": "pytorch", "method": None, "status": "refused",
+        "rule": "qwen3_5.state_dtype", "expect": STATE_DTYPE_ERROR, "dtype": None,
+    }  # fmt: skip
+    bf16 = cases["bf16"]
+    assert (bf16["status"], bf16["expect"], bf16["dtype"], bf16["method"]) == (
+        "accepted", READY, "bfloat16", "qwen3_5_mtp",
+    )  # fmt: skip
+    assert cases["no_mtp"]["dtype"] == "bfloat16" and cases["no_mtp"]["expect"].startswith(READY)
+    assert not any(n.startswith("mtp.") for n in Checkpoint(tmp_path / "probe" / "no_mtp").tensors)
+    assert cases["compressed_tensors"]["dtype"] is None

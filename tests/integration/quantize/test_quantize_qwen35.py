@@ -51,12 +51,22 @@ def test_text_projections_quantized_rest_kept(
         assert out.tensors[key].shape == src.tensors[key].shape
 
 
-def test_awq_default_for_speculative_and_quality(qwen35_quantized: dict[str, Path]) -> None:
+def test_awq_for_plain_and_quality(qwen35_quantized: dict[str, Path]) -> None:
     res = QuantizeResult.model_validate(
         json.loads((qwen35_quantized["awq"] / "quant_report.json").read_text())
     )
-    assert res.target == "speculative" and res.format == "awq" and res.backend == "gptqmodel"
+    assert res.target == "plain" and res.format == "awq" and res.backend == "gptqmodel"
     assert res.layers == 4
     q = res.quality
     assert q is not None and q.perplexity_ratio is not None and q.perplexity_ratio < 1.5
     assert q.logits_cosine_mean is not None and q.logits_cosine_mean > 0.9
+
+
+def test_for_speculative_is_refused_up_front(tiny_qwen35: Path, tmp_path: Path, cli) -> None:
+    """LMDeploy 0.18 runs AWQ in fp16 and Qwen3.5's linear-attention state in bf16 (engines/qwen35.py): the
+    default `--for speculative` is refused before any calibration, and nothing is written."""
+    out = tmp_path / "q"
+    code, _, err = cli("quantize", str(tiny_qwen35), "--out", str(out))
+    assert code == 2 and not out.exists()
+    line = err.strip().splitlines()[-1]
+    assert "linear-attention state in bf16" in line and "--for plain" in line

@@ -151,3 +151,11 @@ def test_a_full_build_compiles_290_kernel_files() -> None:
     test_setup_py checks this list against setup.py's own enumeration)."""
     full = [s for s in setup_py_sources([], "2.13.0") if s.startswith("instantiations/")]
     assert len(full) == 290 and len(set(full)) == len(full)
+
+
+def test_unquantized_qwen35_needs_bf16_whatever_it_is_stored_in(tmp_path: Path) -> None:
+    """specq serves an unquantized Qwen3.5 with --dtype bfloat16 (LMDeploy 0.18's linear-attention state is
+    bf16): a float32 checkpoint such as the toy needs the bf16 kernels, not the fp16 ones 'auto' would run."""
+    fp32 = write_config(tmp_path / "q35", dict(QWEN35_27B, torch_dtype="float32"))
+    need = derive_needs([fp32])[0]
+    assert need.dtypes == ("bf16",) and "--dtype bfloat16" in need.dtype_reason

@@ -151,3 +151,21 @@ def test_tiny_qwen35_checkpoint_plan_by_hand(tiny_qwen35: Path) -> None:
     assert p.state_bytes_per_sequence == 10752 + 98304 == 109056
     # weights: every stored tensor's bytes, mtp.* included with the MTP method
     assert p.target.weights_bytes == sum(t.nbytes for t in ck.tensors.values())
+
+
+def test_fp16_qwen35_planned_in_bf16_on_the_pytorch_engine(hf_models: dict[str, Path]) -> None:
+    """specq serve runs an unquantized Gated DeltaNet target with --dtype bfloat16 (engines/qwen35.py); the
+    plan sizes the same dtype. TurboMind keeps LMDeploy's 'auto' (this fp16 checkpoint: fp16)."""
+    from specq.pipeline.config import resolve_config
+    from specq.pipeline.plan import PlanRequest, plan_memory
+
+    ck = Checkpoint(hf_models["qwen3_5"])
+    assert ck.torch_dtype == "float16"
+
+    def planned(backend: str) -> str:
+        flags = {"engine": {"engine": "lmdeploy", "backend": backend}, "plan": {"gpu_memory": "1GiB"}}
+        plan = plan_memory(ck, None, PlanRequest.from_config(resolve_config(None, flags=flags)))
+        return plan.target.compute_dtype
+
+    assert planned("pytorch") == planned("auto") == "bfloat16"
+    assert planned("turbomind") == "float16"

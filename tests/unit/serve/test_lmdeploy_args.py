@@ -12,6 +12,8 @@ from specq.pipeline.config.models import SpecqConfig
 from specq.pipeline.errors import UsageError
 from specq.pipeline.serve import ServeRequest, create_engine
 
+from .conftest import QWEN3, VOCAB, write_ckpt
+
 PORT = 23333
 
 
@@ -210,3 +212,45 @@ def test_gptq_target_refused_for_pytorch_engine(tmp_path: Path, ckpts: dict[str,
         engine_for(
             tmp_path, ckpts["gptq"], model={"draft_model_path": str(ckpts["dflash"]), "num_draft_tokens": 4}
         )
+
+
+def _qwen35(tmp_path: Path, dtype: str = "float32", quant: dict | None = None) -> Path:
+    """A Qwen3.5 (Gated DeltaNet + full attention; headers only) stored in `dtype`, as the toy is float32."""
+    text = dict(QWEN3, layer_types=["linear_attention"] * 3 + ["full_attention"], mtp_num_hidden_layers=1)
+    cfg = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+           "torch_dtype": dtype, "text_config": text}  # fmt: skip
+    if quant:
+        cfg["quantization_config"] = quant
+    lm = "model.language_model."
+    tensors = {f"{lm}layers.{i}.input_layernorm.weight": ("F32", [256]) for i in range(4)}
+    tensors |= {f"{lm}embed_tokens.weight": ("F32", [1024, 256]), f"{lm}norm.weight": ("F32", [256]),
+                "lm_head.weight": ("F32", [1024, 256]), "mtp.fc.weight": ("F32", [256, 512])}  # fmt: skip
+    return write_ckpt(tmp_path / f"q35-{dtype}", cfg, VOCAB, tensors=tensors)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_qwen35_runs_in_bf16_on_the_pytorch_engine(tmp_path: Path, dtype: str) -> None:
+    """LMDeploy 0.18 keeps Qwen3.5's linear-attention state in bf16; 'auto' would run a float32/float16
+    checkpoint in fp16 and die at the first prefill (H200, 2026-12-01): specq passes --dtype bfloat16."""
+    target = _qwen35(tmp_path, dtype)
+    cmd = engine_for(tmp_path, target, {"backend": "pytorch"}).command()
+    assert cmd[cmd.index("--dtype") + 1] == "bfloat16"
+    cmd = engine_for(
+        tmp_path, target, model={"num_draft_tokens": 3}, speculative={"method": "qwen3_5_mtp"}
+    ).command()
+    assert cmd[cmd.index("--dtype") + 1] == "bfloat16"
+    assert "--dtype" not in engine_for(tmp_path, target).command()  # TurboMind: its own dtype rules
+
+
+def test_qwen35_in_fp16_refused_on_the_pytorch_engine(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"linear-attention state in bfloat16: --dtype float16 fails"):
+        engine_for(tmp_path, _qwen35(tmp_path), {"backend": "pytorch", "dtype": "float16"})
+
+
+def test_qwen35_awq_refused_on_the_pytorch_engine(tmp_path: Path) -> None:
+    awq_q = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
+    target = _qwen35(tmp_path, "float16", awq_q)
+    with pytest.raises(UsageError) as e:
+        engine_for(tmp_path, target, {"backend": "pytorch"})
+    assert "linear-attention state in bf16" in str(e.value) and "index_copy_()" in str(e.value)
+    assert "\n" not in str(e.value)
