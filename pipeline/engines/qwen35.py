@@ -78,8 +78,8 @@ def is_qwen35(ckpt: Checkpoint) -> bool:
 def has_gated_delta(ckpt: Checkpoint) -> bool:
     """Gated DeltaNet (`linear_attention`) layers: Qwen3.5, Qwen3.5-MoE, Qwen3-Next. LMDeploy 0.18 keeps
     their state in bf16 for all of them (`configurations/qwen3_5.py`, `qwen3_next.py`)."""
-    types = ckpt.text_config.get("layer_types")
-    return isinstance(types, list) and "linear_attention" in types
+    types = ckpt.text_config.get("layer_types")  # not speculation.recurrent_layer_types: that module
+    return isinstance(types, list) and "linear_attention" in types  # imports this one (no cycles)
 
 
 def serve_dtype(ckpt: Checkpoint) -> str | None:
@@ -101,7 +101,7 @@ def speculative_quantize_refusal(ckpt: Checkpoint) -> str | None:
     )
 
 
-def state_dtype_finding(ckpt: Checkpoint) -> Finding:
+def state_dtype_finding() -> Finding:
     """AWQ (fp16 in LMDeploy 0.18, always) against the bf16 Gated DeltaNet state: refused."""
     return Finding(
         rule="qwen3_5.state_dtype",
@@ -150,7 +150,7 @@ def pytorch_findings(ckpt: Checkpoint) -> list[Finding]:
     if q is None:
         return []
     # AWQ runs in fp16 (GPTQ only repacked to AWQ); compressed-tensors would run in the config's dtype
-    dtype_rule = [state_dtype_finding(ckpt)] if has_gated_delta(ckpt) and q.method in ("awq", "gptq") else []
+    dtype_rule = [state_dtype_finding()] if has_gated_delta(ckpt) and q.method in ("awq", "gptq") else []
     if not is_qwen35(ckpt):
         return dtype_rule
     if q.method == "compressed-tensors":

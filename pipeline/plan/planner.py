@@ -415,8 +415,8 @@ def _assumptions(plan: MemoryPlan, t: _Model, engine: ServerName, spec: int, inc
 def _draft_dtype(t: _Model, d: _Model | None, engine: ServerName, cfg: PlanRequest, t_dtype: str) -> str:
     if d is not None and engine == "lmdeploy" and t.ckpt.quantization is not None:
         return "float16"  # AWQ runs in fp16 in the PyTorch engine; the drafter must match (serve casts it)
-    if d is not None and t_dtype == _forced_dtype(t, engine, cfg):
-        return t_dtype  # --dtype bfloat16 loads the drafter in bf16 too
+    if d is not None and _forced_dtype(t, engine, cfg):
+        return t_dtype  # the target's forced --dtype bfloat16 loads the drafter in bf16 too
     if d is not None:
         return _compute_dtype(d, engine, cfg)[0]
     return t_dtype
