@@ -92,6 +92,31 @@ def package_version(name: str) -> str | None:
         return None
 
 
+def requirement_of(dist: str, package: str) -> str | None:
+    """The version specifier that installed `dist`'s metadata puts on `package` in a plain install on this
+    machine (extras and other platforms left out), e.g. "==0.1.11"; None when `dist` has no metadata, does
+    not require `package`, or pins no version."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    try:
+        lines = importlib.metadata.requires(dist) or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    want = canonicalize_name(package)
+    for line in lines:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) != want:
+            continue
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue  # an extra's requirement, or another platform's
+        return str(req.specifier) or None
+    return None
+
+
 def lmdeploy_version() -> str | None:
     """LMDeploy's version from its metadata, or from `lmdeploy/version.py` when it is on the path without
     metadata (a source tree on PYTHONPATH, as on the project's GPU machine)."""

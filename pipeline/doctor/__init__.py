@@ -182,19 +182,28 @@ def _lmdeploy_checks() -> list[Check]:
 
 
 def _linear_attention_check() -> Check:
-    """The packages LMDeploy's PyTorch engine runs linear-attention layers (Qwen3.5, Qwen3-Next) with on CUDA,
-    which lmdeploy does not install (`serve.preflight.missing_linear_attention_packages`)."""
-    from ..serve.preflight import missing_linear_attention_packages
+    """The packages LMDeploy's PyTorch engine runs linear-attention layers (Qwen3.5, Qwen3-Next) with on CUDA:
+    importable, and at the versions the installed LMDeploy requires (`serve.preflight`)."""
+    from ..serve.preflight import linear_attention_version_problems, missing_linear_attention_packages
 
+    need = "Qwen3.5/Qwen3-Next on LMDeploy's PyTorch engine need them"
     missing = missing_linear_attention_packages()
-    return Check(
-        name="linear-attention",
-        status="warn" if missing else "ok",
-        detail=f"{', '.join(missing)} not importable" if missing else "fla and tilelang import",
-        fix=f"Qwen3.5/Qwen3-Next on LMDeploy's PyTorch engine need them: pip install {' '.join(missing)}"
-        if missing
-        else None,
-    )
+    if missing:
+        return Check(
+            name="linear-attention",
+            status="warn",
+            detail=f"{', '.join(missing)} not importable",
+            fix=f"{need}: pip install {' '.join(missing)}",
+        )
+    wrong = linear_attention_version_problems()
+    if wrong:
+        return Check(
+            name="linear-attention",
+            status="warn",
+            detail="; ".join(w.problem for w in wrong),
+            fix=f"{need} at the versions LMDeploy requires: pip install {' '.join(w.fix for w in wrong)}",
+        )
+    return Check(name="linear-attention", status="ok", detail="fla and tilelang import", fix=None)
 
 
 def _fa3_check(coverage: Fa3Coverage | None) -> Check:

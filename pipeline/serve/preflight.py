@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from .. import hardware
 from ..checkpoint import Checkpoint
@@ -20,12 +21,22 @@ MIN_COMPUTE_CAPABILITY = {"turbomind": (7, 0), "pytorch": (7, 5)}
 TURBOMIND_MODULE = "lmdeploy.lib._turbomind"
 # `engine.dtype` (specq serve --dtype) → the FA3 dtype it runs; "auto" derives it from the checkpoint.
 ENGINE_DTYPES: dict[str, Dtype] = {"float16": "fp16", "bfloat16": "bf16"}
-# LMDeploy 0.18's PyTorch engine runs Gated DeltaNet (linear-attention) layers on CUDA with two packages it
-# does not install: fla (`pytorch/configurations/qwen3_next.py` `_check_env_qwen3_next`: "Qwen3-Next cuda
-# support requires https://github.com/fla-org/flash-linear-attention") and tilelang (`pytorch/backends/cuda/
+# LMDeploy 0.18's PyTorch engine runs Gated DeltaNet (linear-attention) layers on CUDA with two packages that
+# its wheel requires on Linux x86_64 but a source tree (or a later upgrade) may lack or replace: fla
+# (`pytorch/configurations/qwen3_next.py` `_check_env_qwen3_next`: "Qwen3-Next cuda support requires
+# https://github.com/fla-org/flash-linear-attention") and tilelang (`pytorch/backends/cuda/
 # gated_delta_rule.py`: "fla and tilelang is required for CudaGatedDeltaRuleImpl"; `causal_conv1d.py` takes
 # tilelang or Dao's causal-conv1d: "No available implementation for CausalConv1d"). Module → pip name.
 LINEAR_ATTENTION_PACKAGES = {"fla": "flash-linear-attention", "tilelang": "tilelang"}
+# What LMDeploy 0.18.0's wheel requires of them (its Requires-Dist), for an lmdeploy without metadata (a
+# source tree on PYTHONPATH, as on the project's GPU machine); an installed lmdeploy's own metadata wins. The
+# pin matters: tilelang 0.1.15 no longer exports `tilelang.language.DataType`, which LMDeploy 0.18's
+# causal-conv1d and gated-delta-rule kernels call, so a Qwen3.5 engine died at start-up (H200, 2026-12-01).
+LMDEPLOY_018_REQUIRES = {
+    "tilelang": "==0.1.11",
+    "apache-tvm-ffi": "==0.1.11",
+    "flash-linear-attention": ">=0.4.2",
+}
 
 
 def _cc(value: str | None) -> tuple[int, int] | None:
@@ -107,15 +118,57 @@ def linear_attention_problem(models: Sequence[str | Path]) -> str | None:
         return None
     if not recurrent:
         return None
-    missing = missing_linear_attention_packages()
-    if not missing:
-        return None
-    return (
+    runs = (
         f"{models[0]} has {'/'.join(recurrent)} layers, which LMDeploy's PyTorch engine runs on CUDA with "
-        f"flash-linear-attention and tilelang, and {' and '.join(missing)} "
-        f"{'does' if len(missing) == 1 else 'do'} not import: "
-        f"pip install {' '.join(missing)}"
+        "flash-linear-attention and tilelang"
     )
+    missing = missing_linear_attention_packages()
+    if missing:
+        return (
+            f"{runs}, and {' and '.join(missing)} {'does' if len(missing) == 1 else 'do'} not import: "
+            f"pip install {' '.join(missing)}"
+        )
+    wrong = linear_attention_version_problems()
+    if wrong:
+        return (
+            f"{runs}, and {'; '.join(w.problem for w in wrong)}: pip install {' '.join(w.fix for w in wrong)}"
+        )
+    return None
+
+
+class VersionProblem(NamedTuple):
+    problem: str  # "tilelang 0.1.15 is installed where LMDeploy 0.18.0 requires tilelang==0.1.11"
+    fix: str  # "'tilelang==0.1.11'", an argument for pip install
+
+
+def linear_attention_version_problems() -> list[VersionProblem]:
+    """The linear-attention packages (and tilelang's tvm-ffi) installed at a version the installed LMDeploy
+    does not accept: its own metadata's requirement, else LMDEPLOY_018_REQUIRES for 0.18.0 without metadata.
+    Packages that are not installed are `missing_linear_attention_packages`'s business."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion
+
+    lmdeploy = hardware.lmdeploy_version()
+    problems: list[VersionProblem] = []
+    for pip in LMDEPLOY_018_REQUIRES:
+        installed = hardware.package_version(pip)
+        spec = hardware.requirement_of("lmdeploy", pip)
+        if spec is None and lmdeploy == "0.18.0":
+            spec = LMDEPLOY_018_REQUIRES[pip]
+        if installed is None or not spec:
+            continue
+        try:
+            accepted = SpecifierSet(spec).contains(installed, prereleases=True)
+        except (InvalidSpecifier, InvalidVersion):  # a version pip could not have installed either
+            continue
+        if not accepted:
+            problems.append(
+                VersionProblem(
+                    f"{pip} {installed} is installed where LMDeploy {lmdeploy} requires {pip}{spec}",
+                    f"'{pip}{spec}'",
+                )
+            )
+    return problems
 
 
 def fa3_problem(speculative: bool, models: Sequence[str | Path] = (), dtype: str = "auto") -> str | None:

@@ -22,7 +22,19 @@ P100 = GpuInfo(index=0, name="Tesla P100", memory_total_bytes=16 * 2**30, comput
 def machine(monkeypatch: pytest.MonkeyPatch):
     """Defaults to a complete GPU machine; each test removes one piece."""
     state = {"lmdeploy": "0.18.0", "gpus": [H200], "turbomind": None, "fa3": None, "missing": set()}
+    # the linear-attention packages' installed versions, and lmdeploy's metadata pins on them (none: a source
+    # tree without metadata, as on the project's GPU machine)
+    state |= {"versions": {"tilelang": "0.1.11", "flash-linear-attention": "0.6.0"}, "requires": {}}
     monkeypatch.setattr(hardware, "lmdeploy_version", lambda: state["lmdeploy"])
+    real_version = hardware.package_version
+    monkeypatch.setattr(
+        hardware,
+        "package_version",
+        lambda name: (
+            state["versions"].get(name) if name in preflight.LMDEPLOY_018_REQUIRES else real_version(name)
+        ),
+    )
+    monkeypatch.setattr(hardware, "requirement_of", lambda dist, name: state["requires"].get(name))
     monkeypatch.setattr(hardware, "list_gpus", lambda: state["gpus"])
 
     def try_import(module: str) -> str | None:
@@ -185,6 +197,41 @@ def test_linear_attention_target_needs_fla_and_tilelang_on_the_pytorch_engine(ma
     preflight.require_lmdeploy("pytorch", False, request=request)
 
 
+def test_linear_attention_target_needs_the_tilelang_lmdeploy_pins(machine, tmp_path) -> None:
+    """The H200 run of 2026-12-01: tilelang 0.1.15 imported, and the engine died at start-up (LMDeploy 0.18's
+    kernels call tilelang.language.DataType, which 0.1.15 no longer exports). lmdeploy 0.18.0 pins 0.1.11."""
+    request = ServeRequest.from_config(_serve_cfg(_qwen35_target(tmp_path)))
+    machine["versions"]["tilelang"] = "0.1.15"
+    with pytest.raises(EnvironmentMissing) as e:
+        preflight.require_lmdeploy("pytorch", False, request=request)
+    assert e.value.exit_code == 4 and "\n" not in str(e.value)
+    assert str(e.value).endswith(
+        "tilelang 0.1.15 is installed where LMDeploy 0.18.0 requires tilelang==0.1.11: "
+        "pip install 'tilelang==0.1.11'"
+    )
+    preflight.require_lmdeploy("turbomind", False, request=request)  # TurboMind does not use tilelang
+    machine["versions"]["flash-linear-attention"] = "0.4.1"  # both named, one pip command
+    with pytest.raises(
+        EnvironmentMissing, match=r"pip install 'tilelang==0\.1\.11' 'flash-linear-attention>=0\.4\.2'$"
+    ):
+        preflight.require_lmdeploy("pytorch", False, request=request)
+    machine["versions"] |= {"tilelang": "0.1.11", "flash-linear-attention": "0.6.0"}
+    preflight.require_lmdeploy("pytorch", False, request=request)
+
+
+def test_an_installed_lmdeploys_own_pin_wins(machine, tmp_path) -> None:
+    request = ServeRequest.from_config(_serve_cfg(_qwen35_target(tmp_path)))
+    machine["requires"] = {"tilelang": "==0.1.12"}
+    with pytest.raises(
+        EnvironmentMissing, match=r"requires tilelang==0\.1\.12: pip install 'tilelang==0\.1\.12'$"
+    ):
+        preflight.require_lmdeploy("pytorch", False, request=request)
+    machine["requires"] = {}
+    machine["lmdeploy"] = "0.18.1"  # no metadata and not 0.18.0: specq does not guess its pins
+    machine["versions"]["tilelang"] = "0.1.15"
+    preflight.require_lmdeploy("pytorch", False, request=request)
+
+
 def test_plain_target_does_not_need_the_linear_attention_packages(machine, ckpts) -> None:
     machine["missing"] = {"fla", "tilelang"}
     preflight.require_lmdeploy(
@@ -202,3 +249,8 @@ def test_doctor_names_the_missing_linear_attention_packages(machine) -> None:
     machine["missing"] = set()
     check = next(c for c in _lmdeploy_checks() if c.name == "linear-attention")
     assert check.status == "ok" and check.fix is None
+    machine["versions"]["tilelang"] = "0.1.15"
+    check = next(c for c in _lmdeploy_checks() if c.name == "linear-attention")
+    assert check.status == "warn"
+    assert check.detail == "tilelang 0.1.15 is installed where LMDeploy 0.18.0 requires tilelang==0.1.11"
+    assert check.fix is not None and check.fix.endswith("pip install 'tilelang==0.1.11'")

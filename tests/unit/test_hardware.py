@@ -1,0 +1,42 @@
+"""hardware.requirement_of against real package metadata: a dist-info directory on sys.path, read by
+importlib.metadata as it reads an installed lmdeploy's."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from specq.pipeline import hardware
+
+METADATA = """\
+Metadata-Version: 2.1
+Name: fakedeploy
+Version: 0.18.0
+Requires-Dist: tilelang==0.1.9; extra == "all"
+Requires-Dist: tilelang==0.1.8; sys_platform == "no-such-platform"
+Requires-Dist: tilelang==0.1.11; python_version >= "3"
+Requires-Dist: flash-linear-attention>=0.4.2
+Requires-Dist: torch
+"""
+
+
+@pytest.fixture
+def fakedeploy(tmp_path, monkeypatch: pytest.MonkeyPatch) -> str:
+    info = tmp_path / "fakedeploy-0.18.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(METADATA)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    return "fakedeploy"
+
+
+def test_requirement_of_reads_the_plain_install_pin(fakedeploy: str) -> None:
+    # the extra's pin and the other platform's are skipped; the one a plain install applies is returned
+    assert hardware.requirement_of(fakedeploy, "tilelang") == "==0.1.11"
+    assert hardware.requirement_of(fakedeploy, "Flash_Linear_Attention") == ">=0.4.2"  # names normalised
+
+
+def test_requirement_of_is_none_without_a_pin(fakedeploy: str) -> None:
+    assert hardware.requirement_of(fakedeploy, "torch") is None  # required, but at any version
+    assert hardware.requirement_of(fakedeploy, "numpy") is None  # not required
+    assert hardware.requirement_of("no-such-dist-anywhere", "tilelang") is None  # no metadata
