@@ -67,10 +67,14 @@ def _no_mtp(t: dict, config: dict) -> None:
 
 
 def _compressed_tensors(t: dict, config: dict) -> None:
-    config["quantization_config"] = {  # "compressed" status: LMDeploy checks it before dispatching
+    # every field LMDeploy 0.18's `pytorch/config.py` validates before it dispatches a module (the status,
+    # and group_0's weights: strategy "group", symmetric, static; the H200 run of 2026-12-01 stopped at the
+    # missing strategy), so the launch reaches the Qwen3.5 dispatch the rule is about
+    config["quantization_config"] = {
         "quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
         "config_groups": {"group_0": {"format": "pack-quantized", "targets": ["Linear"],
-                                      "weights": {"num_bits": 4, "type": "int", "group_size": 32}}},
+                                      "weights": {"num_bits": 4, "type": "int", "group_size": 32,
+                                                  "strategy": "group", "symmetric": True, "dynamic": False}}},
     }  # fmt: skip
 
 
@@ -215,7 +219,9 @@ def run(out: Path, only: list[str] | None, timeout: float, name: str) -> int:
             want_ready = c["expect"].startswith(READY)
             seen = next((ln.strip() for ln in text.splitlines() if c["expect"] in ln), None)
             ok = outcome == "ready" if want_ready else (outcome.startswith("exited") and seen is not None)
-            errors = [ln.strip() for ln in text.splitlines() if "Error" in ln][-3:]
+            # the engine's own error first: LMDeploy's RPCServerDeadError only says the engine process died
+            lines = [ln.strip() for ln in text.splitlines() if "Error" in ln]
+            errors = [ln for ln in lines if "RPCServerDead" not in ln][-3:] or lines[-3:]
             results[case] = {**c, "outcome": outcome, "seconds": round(time.monotonic() - t0, 1),
                              "matched_line": seen, "last_errors": errors, "as_predicted": ok}  # fmt: skip
             verdict = "AS PREDICTED" if ok else "NOT as predicted"
