@@ -24,6 +24,9 @@ from .turbomind import tensor_problems
 from .verdict import EngineVerdict, repack_command
 
 PYTORCH_CT_GROUP_SIZES = frozenset({32})
+# Quantized targets the PyTorch engine runs in fp16: AWQ (`_update_torch_dtype` forces it), and GPTQ (fp16 by
+# construction), whose only route there is specq's AWQ repack.
+FP16_QUANT_METHODS = ("awq", "gptq")
 FUSED_COLUMN_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
 
 
@@ -76,6 +79,29 @@ def repack_blockers(target: Checkpoint) -> list[str]:
         blockers.append(f"GPTQ checkpoint_format {q.checkpoint_format!r} (expected gptq or gptq_v2)")
     blockers += tensor_problems(target, q)[1]
     return blockers
+
+
+def config_dtype(ckpt: Checkpoint) -> str | None:
+    """The dtype config.json names (top level, then the text config), as LMDeploy reads it: no guess from
+    the tensors."""
+    cfg, text = ckpt.config, ckpt.text_config
+    said = cfg.get("torch_dtype") or cfg.get("dtype") or text.get("torch_dtype") or text.get("dtype")
+    return str(said).replace("torch.", "") if said else None
+
+
+def auto_dtype(ckpt: Checkpoint) -> tuple[str, str]:
+    """The torch dtype ("float16" or "bfloat16") LMDeploy 0.18 runs `ckpt` in under `--dtype auto`, and why.
+    Mirrors `lmdeploy/pytorch/config.py::_update_torch_dtype`: AWQ → float16; else the config's dtype when it
+    is float16 or bfloat16; anything else (float32, none) → float16. The one mirror of that rule: `specq fa3`
+    derives kernels from it, `specq plan` sizes activations with it. The dtype specq actually launches an
+    unquantized Gated DeltaNet target in is `qwen35.serve_dtype`'s, which callers apply first."""
+    quant = ckpt.quantization
+    if quant is not None and quant.method in FP16_QUANT_METHODS:
+        return "float16", f"{quant.method.upper()} target: LMDeploy's PyTorch engine runs it in fp16"
+    said = config_dtype(ckpt)
+    if said in ("float16", "bfloat16"):
+        return said, f"config dtype {said}"
+    return "float16", f"config dtype {said or 'unset'}: LMDeploy runs it in fp16 (its fallback)"
 
 
 def pytorch_engine_verdict(target: Checkpoint) -> EngineVerdict:

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from ..checkpoint import Checkpoint
+from ..engines.pytorch import auto_dtype
 from ..engines.qwen35 import serve_dtype
 from ..errors import InputError
 
@@ -39,9 +40,6 @@ DRAFT_KINDS = ("dflash", "eagle3", "eagle")
 # gated delta net) do not touch FA3.
 ATTENTION_LAYER_TYPES = {"full_attention", "sliding_attention", "attention", "chunked_attention"}
 TORCH_DTYPES: dict[str, Dtype] = {"bfloat16": "bf16", "float16": "fp16"}
-# Quantization methods LMDeploy's PyTorch engine runs in fp16 (`_update_torch_dtype` forces AWQ to fp16;
-# GPTQ checkpoints are fp16 by construction and specq repacks them to AWQ for this engine).
-FP16_QUANT_METHODS = ("awq", "gptq")
 
 # Every FLASH_ATTENTION_DISABLE_* variable setup.py reads (SM80 is spelled SM80 in the environment).
 FLAG_NAMES = (
@@ -107,26 +105,14 @@ def bucket(head_dim: int) -> int | None:
     return next((b for b in HDIM_BUCKETS if head_dim <= b), None)
 
 
-def _config_dtype(ckpt: Checkpoint) -> str | None:
-    cfg, text = ckpt.config, ckpt.text_config
-    said = cfg.get("torch_dtype") or cfg.get("dtype") or text.get("torch_dtype") or text.get("dtype")
-    return str(said).replace("torch.", "") if said else None
-
-
 def engine_dtype(ckpt: Checkpoint) -> tuple[Dtype, str]:
-    """The dtype LMDeploy's PyTorch engine (dtype 'auto') runs a target in, and why. Mirrors
-    `lmdeploy/pytorch/config.py::_update_torch_dtype`: AWQ → fp16; else the config's dtype when it is fp16 or
-    bf16; anything else (float32, none) → fp16 (LMDeploy's fallback: FA3 has no fp32 kernels). An unquantized
-    Qwen3.5 runs in bf16 whatever its config says: specq serves it with --dtype bfloat16 (qwen35.py)."""
-    quant = ckpt.quantization
-    if quant is not None and quant.method in FP16_QUANT_METHODS:
-        return "fp16", f"{quant.method.upper()} target: LMDeploy's PyTorch engine runs it in fp16"
+    """The FA3 dtype LMDeploy's PyTorch engine runs a target in as specq launches it, and why: bf16 for an
+    unquantized Qwen3.5 (specq serves it with --dtype bfloat16, qwen35.py), else LMDeploy's 'auto' rule
+    (`engines.pytorch.auto_dtype`; FA3 has no fp32 kernels, and LMDeploy falls back to fp16)."""
     if serve_dtype(ckpt) is not None:
         return "bf16", "Qwen3.5 target: specq serves it with --dtype bfloat16 (bf16 linear-attention state)"
-    said = _config_dtype(ckpt)
-    if said in TORCH_DTYPES:
-        return TORCH_DTYPES[said], f"config dtype {said}"
-    return "fp16", f"config dtype {said or 'unset'}: LMDeploy runs it in fp16 (its fallback)"
+    dtype, why = auto_dtype(ckpt)
+    return TORCH_DTYPES[dtype], why
 
 
 def _attention_shape(ckpt: Checkpoint) -> tuple[tuple[int, ...], bool, bool, list[str]]:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..checkpoint import DTYPE_BYTES, Checkpoint, validate_checkpoint
 from ..config.models import EngineSection, Method, PlanSection, SpecqConfig
 from ..engines import ServerName
+from ..engines.pytorch import auto_dtype
 from ..engines.qwen35 import serve_dtype
 from ..engines.speculation import target_has_mtp
 from ..errors import ConfigError, EnvironmentMissing, InputError
@@ -262,19 +263,18 @@ def _forced_dtype(model: _Model, engine: ServerName, cfg: PlanRequest) -> str | 
 
 
 def _compute_dtype(model: _Model, engine: ServerName, cfg: PlanRequest) -> tuple[str, int]:
-    """The dtype activations and the KV cache use. LMDeploy: 'auto' runs fp32/fp16 models in fp16, bf16
-    models in bf16, AWQ/GPTQ targets in fp16. Embedded: the checkpoint's dtype unless engine.dtype says."""
+    """The dtype activations and the KV cache use. LMDeploy: the dtype specq launches it with
+    (`_forced_dtype`), else LMDeploy's 'auto' (`engines.pytorch.auto_dtype`: fp32/fp16 → fp16, bf16 → bf16,
+    AWQ/GPTQ → fp16). Embedded: the checkpoint's dtype unless engine.dtype says."""
     want = cfg.engine.dtype
     if want != "auto":
         return want, _dtype_bytes(want)
     forced = _forced_dtype(model, engine, cfg)
     if forced:
         return forced, 2
-    dt = str(model.ckpt.torch_dtype or "float16").lower()
     if engine == "lmdeploy":
-        if model.ckpt.quantization is not None or dt in ("float32", "float16"):
-            return "float16", 2
-        return "bfloat16", 2
+        return auto_dtype(model.ckpt)[0], 2
+    dt = str(model.ckpt.torch_dtype or "float16").lower()
     return dt, _dtype_bytes(dt)
 
 
