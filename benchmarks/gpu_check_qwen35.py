@@ -23,9 +23,10 @@ is below its reserve:
   PyTorch engine up front (engines/qwen35.py).
 
 LMDeploy's PyTorch engine needs flash-linear-attention and tilelang (with z3-solver) for the Gated DeltaNet
-layers on CUDA and installs neither; `specq bench` refuses up front without them (first H200 try,
-2026-12-01: docs/verification.md, third session). `sweeps.md` holds one Markdown table per sweep
-(benchmarks/gpu_check.py's `sweep_table`)."""
+layers on CUDA, at the versions lmdeploy's wheel requires (tilelang==0.1.11 for 0.18.0); a source tree
+without metadata, as on the project's H200, gets neither. `specq bench` refuses up front without them or
+at another version (third and fifth H200 sessions, 2026-12-01: docs/verification.md). `sweeps.md` holds
+one Markdown table per sweep (benchmarks/gpu_check.py's `sweep_table`)."""
 
 from __future__ import annotations
 
