@@ -14,7 +14,9 @@ is below its reserve:
   target.
 - bench-mtp, then bench-dflash: `specq bench ROOT/target --engine lmdeploy --backend pytorch --method
   qwen3_5_mtp` (the MTP head inside the target, no draft model) and `--method dflash --draft-model DRAFTER`,
-  each `--draft-tokens 3..6` against its k = 0 baseline.
+  each `--draft-tokens 3..6` against its k = 0 baseline (code suite, 8 requests × 128 tokens, warm-up to
+  steady state, 3 trials).
+- eval: `specq draft eval ROOT/target DRAFTER --suite code` — the offline τ on the benches' prompts.
 - probe (with `--awq-target`, an AWQ copy made on CPU by `specq quantize --for plain`):
   `benchmarks/qwen35_load_probe.py make AWQ OUT --target ROOT/target` + `run` — LMDeploy launched on the AWQ
   copy (refused: AWQ runs in fp16, the Gated DeltaNet state in bf16), on the bf16 target with MTP (must
@@ -48,7 +50,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("gpu-check-qwen35"))
     ap.add_argument("--awq-target", type=Path, help="an AWQ copy of ROOT/target (made on CPU), if any")
     ap.add_argument("--draft-tokens", default="3..6")
-    ap.add_argument("--draft-steps", default="600")
+    ap.add_argument("--draft-steps", default="800")
     ap.add_argument("--budget", type=float, default=570.0, help="seconds for the whole script")
     args = ap.parse_args()
     deadline = time.monotonic() + args.budget
@@ -73,7 +75,7 @@ def main() -> int:
         cmd = specq(
             "bench", str(model), "--engine", "lmdeploy", "--backend", "pytorch", "--method", method,
             *(["--draft-model", str(draft)] if draft else []), "--draft-tokens", args.draft_tokens,
-            "--suite", "code", "--requests", "4", "--max-tokens", "64", "--warmup", "1", "--trials", "1",
+            "--suite", "code", "--requests", "8", "--max-tokens", "128", "--trials", "3",
             "--temperature", "0", "--out", str(out / name), "--json",
         )  # fmt: skip
         res = step(name, cmd, reserve)
@@ -97,6 +99,12 @@ def main() -> int:
     bench("bench-mtp", target, "qwen3_5_mtp", None, 120)
     if drafter.exists():
         bench("bench-dflash", target, "dflash", drafter, 120)
+    if drafter.exists():  # the offline τ on the benches' prompts, to set beside the served τ (issue 18)
+        cmd = specq(
+            "draft", "eval", str(target), str(drafter), "--suite", "code", "--requests", "8",
+            "--max-tokens", "128", "--device", "cuda", "--json",
+        )  # fmt: skip
+        step("eval", cmd, 60)
     if args.awq_target:
         probe = [sys.executable, str(Path(__file__).resolve().parent / "qwen35_load_probe.py")]
         make = [*probe, "make", str(args.awq_target), str(out / "probe"), "--target", str(target)]
