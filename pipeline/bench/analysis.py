@@ -1,8 +1,9 @@
 """What the benchmark computes from its records: per-run aggregates (mean/p50/p90/p99 of TTFT, latency,
 per-token ITL, TPOT, tokens/s, the client decode rate), the self-consistency of client and server figures,
 the median and spread over trials, the roofline fraction of AR runs, the lossless check of speculative runs
-against the baseline, speedups on both bases (decode rate, end to end) and the step cost, the headline, and
-the best-k prediction through the shared speedup model (`specq.pipeline.speedup`)."""
+against the baseline, whether the outputs loop (a drafter predicts a loop almost perfectly), speedups on both
+bases (decode rate, end to end) and the step cost, the headline, and the best-k prediction through the shared
+speedup model (`specq.pipeline.speedup`)."""
 
 from __future__ import annotations
 
@@ -373,6 +374,42 @@ def lossless(baseline: Run, run: Run, counter: TokenCounter | None = None) -> Lo
         unit=unit,
         mismatches=mismatches[:20],
         passed=exact == n,
+    )
+
+
+# ----------------------------------------------------------------------------------------------- repetition
+
+REPETITION_N = 8  # characters per n-gram
+REPETITION_FLOOR = 0.2  # a run whose median output has fewer distinct n-grams than this loops
+
+
+def distinct_fraction(text: str, n: int = REPETITION_N) -> float | None:
+    """Distinct character n-grams over all n-grams of one output: near 1 for prose or code, near 0 for a loop
+    (`'#\\n' * 64` has 2 distinct 8-grams in 121). None for an output shorter than 2n characters."""
+    if len(text) < 2 * n:
+        return None
+    grams = [text[i : i + n] for i in range(len(text) - n + 1)]
+    return len(set(grams)) / len(grams)
+
+
+def repetition_flag(records: Sequence[RequestRecord], floor: float = REPETITION_FLOOR) -> str | None:
+    """A warning when most outputs of a run loop: there every drafter is right almost every time, so τ and the
+    speedup measure the engine's speculative step, not what the drafter gets on real text (a Qwen3.5 toy that
+    answered every code prompt with '#\\n#\\n…' was accepted 100 % on the H200, 2026-12-01)."""
+    scored = [
+        (f, r.output_text) for r in records if r.ok and (f := distinct_fraction(r.output_text)) is not None
+    ]
+    if not scored:
+        return None
+    fractions = sorted(f for f, _ in scored)
+    median = fractions[len(fractions) // 2]
+    if median >= floor:
+        return None
+    worst = min(scored, key=lambda x: x[0])[1]
+    return (
+        f"repetitive: the outputs loop (median distinct {REPETITION_N}-gram fraction {median:.2f}, "
+        f"e.g. {worst[:24]!r}); τ and speedup on a loop overstate what real text gets: use prompts the model "
+        "answers properly"
     )
 
 

@@ -45,6 +45,7 @@ from .analysis import (
     headline,
     lossless,
     predict_best_k,
+    repetition_flag,
     roofline,
     speedups,
     spread,
@@ -329,7 +330,8 @@ class RunContext:
         return sc
 
     def flag(self, run: Run) -> None:
-        """The run's warnings: a warm-up that never settled, trials inconsistent with the server."""
+        """The run's warnings: a warm-up that never settled, trials inconsistent with the server, and (on the
+        baseline, which every speculative run reproduces) outputs that loop."""
         w = run.warmup
         if w is not None and w.steady is False:
             rates = ", ".join(f"{r:.1f}" for r in w.rates)
@@ -347,6 +349,8 @@ class RunContext:
             )
         elif run.consistency and run.consistency.consistent is False:
             run.flags.append(f"inconsistent: {'; '.join(run.consistency.problems)}")
+        if run.draft_tokens == 0 and (looping := repetition_flag(run.requests)):
+            run.flags.append(looping)
 
     def judge_errors(self, run: Run) -> None:
         """`--max-error-rate` fails a run above it; a run in which every request failed fails whatever the

@@ -14,6 +14,7 @@ requests after start pays `S × (1 − i/N)` extra before its first token (prefi
 counter. Fault injection: `--fail-every N` answers every N-th request with HTTP 500, `--die-after N` exits
 after N requests, `--error-mid-stream` sends an error event after the first chunk, `--stall-s S` pauses S
 seconds after the first chunk, `--metrics-lag-s` delays counter updates like LMDeploy's lagging /metrics.
+`--loop N` makes every output cycle through its first N words, like a model stuck in a loop.
 
 Used by tests (`SyntheticEngine` implements the serve stage's `Engine`) and by
 `benchmarks/bench_client_throughput.py`. Run: `python -m specq.pipeline.bench.synthetic --port 0`."""
@@ -177,6 +178,8 @@ def make_handler(args: argparse.Namespace, counters: Counters) -> type[BaseHTTPR
             seed = int(hashlib.sha256(prompt.encode()).hexdigest()[:6], 16)
             n = int(body.get("max_tokens") or 16)
             words = [f" w{(seed + i * 7919) % 100000:05d}" for i in range(n)]  # fixed width: 7 chars a token
+            if args.loop:
+                words = [words[i % args.loop] for i in range(n)]
             sizes = plan_chunks(args.draft_tokens, n, pattern, args.tokens_per_chunk, args.first_chunk_tokens)
             jit = args.jit_s * (1 - (n_req - 1) / args.jit_requests) if n_req <= args.jit_requests else 0.0
             if not body.get("stream"):
@@ -265,6 +268,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--jit-s", type=float, default=0.0, help="compile time of the first request (decays)")
     p.add_argument("--error-mid-stream", action="store_true", help="an error event after the first chunk")
     p.add_argument("--stall-s", type=float, default=0.0, help="pause after the first chunk")
+    p.add_argument("--loop", type=int, default=0, help="outputs cycle through their first N words")
     return p.parse_args(argv)
 
 

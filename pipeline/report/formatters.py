@@ -140,9 +140,10 @@ MS = {"ttft_p50_s", "tpot_mean_s", "itl_p90_s"}
 
 
 def _check(row: dict[str, Any]) -> str:
-    """The run's self-check in one word: unsteady and/or inconsistent, ok, or - (nothing to check)."""
+    """The run's self-check in one word: unsteady, inconsistent and/or repetitive, ok, or - (nothing to
+    check)."""
     flags = row["flags"] or ""
-    words = [w for w in ("unsteady", "inconsistent") if w + ":" in flags]
+    words = [w for w in ("unsteady", "inconsistent", "repetitive") if w + ":" in flags]
     if words:
         return "+".join(words).upper()
     return "ok" if row["consistent"] or row["warmup_steady"] else "-"

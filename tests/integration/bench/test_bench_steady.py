@@ -116,6 +116,22 @@ def test_old_single_warmup_request_is_flagged_and_the_headline_says_so(tmp_path,
     assert "INCONSISTENT" in render(report, "table")
 
 
+def test_a_model_stuck_in_a_loop_is_flagged_repetitive_and_the_headline_says_so(tmp_path):
+    def loop_factory(request, run_dir, progress):
+        return SyntheticEngine(request, run_dir, progress, "--step-s", str(STEP), "--ttft-s", str(TTFT),
+                               "--loop", "2")  # fmt: skip
+
+    cfg = config(tmp_path, max_tokens=48, warmup_passes=2, trials=1)
+    report = run_bench(BenchRequest.from_config(cfg), engine_factory=loop_factory)
+    base, spec = report.runs
+    assert base.requests and base.requests[0].output_text.startswith(" w")
+    assert [f for f in base.flags if f.startswith("repetitive: the outputs loop")], base.flags
+    assert spec.flags == []  # the baseline carries it: every speculative run reproduces its text
+    h = report.headline
+    assert h is not None and not h.reliable and "repetitive" in h.text and "NOT RELIABLE" in h.text
+    assert "REPETITIVE" in render(report, "table")
+
+
 def test_an_engine_that_never_settles_is_marked_unsteady(tmp_path):
     proc, url = start_server("--k", "0", "--step-s", "0.002", "--ttft-s", "0.002", "--jit-requests", "20",
                              "--jit-s", "0.1")  # fmt: skip
