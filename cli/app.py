@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -190,8 +191,17 @@ def _register() -> None:
 _register()
 
 
+def _quiet_unawaited_coroutines() -> None:
+    """A Ctrl-C or SIGTERM that lands while httpx is connecting leaves anyio's happy-eyeballs attempts
+    (`connect_tcp.<locals>.try_connect`) never awaited, and Python warns about each when it collects them,
+    on stderr, after the one-line error (seen in the SIGINT fault test). Harmless, and not the user's to act
+    on: keep stderr to the one line."""
+    warnings.filterwarnings("ignore", message=r"coroutine '.*' was never awaited", category=RuntimeWarning)
+
+
 def main() -> None:
     """Console-script entry point."""
+    _quiet_unawaited_coroutines()
     try:
         app()
     except BrokenPipeError:  # raised while Typer itself writes (--help | head)

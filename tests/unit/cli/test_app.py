@@ -126,6 +126,21 @@ def test_import_noise_of_backends_is_quieted(cli) -> None:
     assert logging.getLogger("torch.utils._pytree").getEffectiveLevel() == logging.ERROR
 
 
+@pytest.mark.parametrize("quieted", [False, True])
+def test_unawaited_coroutines_after_an_interrupt_do_not_reach_stderr(quieted: bool) -> None:
+    # what anyio's cancelled connection attempts leave behind when Ctrl-C lands while httpx connects
+    code = (
+        "import gc\n"
+        "from specq.cli.app import _quiet_unawaited_coroutines\n"
+        + ("_quiet_unawaited_coroutines()\n" if quieted else "")
+        + "async def try_connect(): pass\n"
+        "c = try_connect(); del c; gc.collect()\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0
+    assert ("was never awaited" in res.stderr) is not quieted, res.stderr
+
+
 def _options_by_flag() -> dict[str, dict[tuple, list[str]]]:
     """Every option of every command, grouped by its first flag: (flags, help, parameter name) → commands."""
     import typer.main
