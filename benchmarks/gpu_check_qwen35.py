@@ -1,9 +1,9 @@
-"""The Qwen3.5-shaped toy on an H200, in one device call of at most 10 minutes (its steps ran by hand on
-2026-12-01, first stopped at LMDeploy's missing packages, then at the fp16/bf16 state-dtype crash that specq
-now avoids with --dtype bfloat16; the script as a whole has not run).
+"""The Qwen3.5-shaped toy on an H200, run detached with a budget (sixth H200 session, 2026-12-01: FA3 129 s,
+drafter 91 s, the MTP bench 11 min for its 5 server starts; the DFlash bench ran out of budget at k = 6, so
+pass `--methods dflash` when MTP is not what the run is for; docs/verification.md)
 
     python benchmarks/gpu_check_qwen35.py --root ROOT --fa3-source DIR [--out gpu-check-qwen35]
-        [--awq-target DIR] [--draft-tokens 3..6] [--budget 570]
+        [--awq-target DIR] [--draft-tokens 3..6] [--methods qwen3_5_mtp,dflash] [--budget 570]
 
 ROOT is a `specq toy build ROOT --arch qwen3.5` made on CPU and carried over (target/ about 10 MB). Steps, in
 order, each recorded in `summary.json` (exit code, seconds, stderr tail) and skipped when the remaining budget
@@ -51,6 +51,7 @@ def main() -> int:
     ap.add_argument("--awq-target", type=Path, help="an AWQ copy of ROOT/target (made on CPU), if any")
     ap.add_argument("--draft-tokens", default="3..6")
     ap.add_argument("--draft-steps", default="800")
+    ap.add_argument("--methods", default="qwen3_5_mtp,dflash", help="benches to run, in this order")
     ap.add_argument("--budget", type=float, default=570.0, help="seconds for the whole script")
     args = ap.parse_args()
     deadline = time.monotonic() + args.budget
@@ -96,9 +97,11 @@ def main() -> int:
             "--steps", args.draft_steps, "--json",
         )  # fmt: skip
         step("draft", cmd, 300)
-    bench("bench-mtp", target, "qwen3_5_mtp", None, 120)
-    if drafter.exists():
-        bench("bench-dflash", target, "dflash", drafter, 120)
+    for method in args.methods.split(","):
+        if method == "qwen3_5_mtp":
+            bench("bench-mtp", target, method, None, 120)
+        elif method == "dflash" and drafter.exists():
+            bench("bench-dflash", target, method, drafter, 120)
     if drafter.exists():  # the offline τ on the benches' prompts, to set beside the served τ (issue 18)
         cmd = specq(
             "draft", "eval", str(target), str(drafter), "--suite", "code", "--requests", "8",
