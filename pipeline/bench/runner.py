@@ -331,7 +331,8 @@ class RunContext:
 
     def flag(self, run: Run) -> None:
         """The run's warnings: a warm-up that never settled, trials inconsistent with the server, and (on the
-        baseline, which every speculative run reproduces) outputs that loop."""
+        baseline, which every speculative run reproduces, or on a running server's only run) outputs that
+        loop."""
         w = run.warmup
         if w is not None and w.steady is False:
             rates = ", ".join(f"{r:.1f}" for r in w.rates)
@@ -349,7 +350,7 @@ class RunContext:
             )
         elif run.consistency and run.consistency.consistent is False:
             run.flags.append(f"inconsistent: {'; '.join(run.consistency.problems)}")
-        if run.draft_tokens == 0 and (looping := repetition_flag(run.requests)):
+        if (run.draft_tokens == 0 or run.engine == "external") and (looping := repetition_flag(run.requests)):
             run.flags.append(looping)
 
     def judge_errors(self, run: Run) -> None:

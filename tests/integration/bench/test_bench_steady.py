@@ -130,6 +130,14 @@ def test_a_model_stuck_in_a_loop_is_flagged_repetitive_and_the_headline_says_so(
     h = report.headline
     assert h is not None and not h.reliable and "repetitive" in h.text and "NOT RELIABLE" in h.text
     assert "REPETITIVE" in render(report, "table")
+    # a running server (--url) has no baseline in the report: its one run carries the flag itself
+    proc, url = start_server("--k", "4", "--step-s", str(STEP), "--ttft-s", str(TTFT), "--loop", "2")
+    try:
+        cfg = config(tmp_path / "url", url=url, max_tokens=48, warmup_passes=2, trials=1)
+        (run,) = run_bench(BenchRequest.from_config(cfg)).runs
+    finally:
+        stop_server(proc)
+    assert run.engine == "external" and [f for f in run.flags if f.startswith("repetitive:")], run.flags
 
 
 def test_an_engine_that_never_settles_is_marked_unsteady(tmp_path):
