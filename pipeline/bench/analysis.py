@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..checkpoint import Checkpoint
 from ..engines.speculation import MAX_DRAFT_TOKENS
+from ..repetition import looping
 from ..report.models import (
     BenchReport,
     BestK,
@@ -379,36 +380,15 @@ def lossless(baseline: Run, run: Run, counter: TokenCounter | None = None) -> Lo
 
 # ----------------------------------------------------------------------------------------------- repetition
 
-REPETITION_N = 8  # characters per n-gram
-REPETITION_FLOOR = 0.2  # a run whose median output has fewer distinct n-grams than this loops
 
-
-def distinct_fraction(text: str, n: int = REPETITION_N) -> float | None:
-    """Distinct character n-grams over all n-grams of one output: near 1 for prose or code, near 0 for a loop
-    (`'#\\n' * 64` has 2 distinct 8-grams in 121). None for an output shorter than 2n characters."""
-    if len(text) < 2 * n:
+def repetition_flag(records: Sequence[RequestRecord]) -> str | None:
+    """A warning when most outputs of a run loop (`specq.pipeline.repetition`): there every drafter is right
+    almost every time, so τ and the speedup measure the engine's speculative step, not the drafter."""
+    note = looping([r.output_text for r in records if r.ok])
+    if note is None:
         return None
-    grams = [text[i : i + n] for i in range(len(text) - n + 1)]
-    return len(set(grams)) / len(grams)
-
-
-def repetition_flag(records: Sequence[RequestRecord], floor: float = REPETITION_FLOOR) -> str | None:
-    """A warning when most outputs of a run loop: there every drafter is right almost every time, so τ and the
-    speedup measure the engine's speculative step, not what the drafter gets on real text (a Qwen3.5 toy that
-    answered every code prompt with '#\\n#\\n…' was accepted 100 % on the H200, 2026-12-01)."""
-    scored = [
-        (f, r.output_text) for r in records if r.ok and (f := distinct_fraction(r.output_text)) is not None
-    ]
-    if not scored:
-        return None
-    fractions = sorted(f for f, _ in scored)
-    median = fractions[len(fractions) // 2]
-    if median >= floor:
-        return None
-    worst = min(scored, key=lambda x: x[0])[1]
     return (
-        f"repetitive: the outputs loop (median distinct {REPETITION_N}-gram fraction {median:.2f}, "
-        f"e.g. {worst[:24]!r}); τ and speedup on a loop overstate what real text gets: use prompts the model "
+        f"repetitive: {note}; τ and speedup on a loop overstate what real text gets: use prompts the model "
         "answers properly"
     )
 

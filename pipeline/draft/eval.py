@@ -13,6 +13,7 @@ from typing import Any
 from ..checkpoint import Checkpoint, validate_checkpoint
 from ..errors import InputError
 from ..progress import Progress, null_progress
+from ..repetition import looping
 from ..speedup import StepCost, best_k, expected_tokens_per_step, predict_speedup
 from . import contract
 from .reports import DraftEvalReport, SpeedupPrediction
@@ -123,6 +124,7 @@ def summarize(
     lmdeploy_checked: bool = False,
     lengths: list[list[int]] | None = None,
     workload: str = "held-out text",
+    repetitive: str | None = None,
 ) -> DraftEvalReport:
     cost = cost or StepCost()
     ks = list(range(1, block_size))
@@ -151,6 +153,7 @@ def summarize(
         lmdeploy_checked=lmdeploy_checked,
         workload=workload,
         walk_tau=[round(walk_tau(lengths, k), 4) for k in ks] if lengths is not None else [],
+        repetitive=repetitive,
     )
 
 
@@ -236,6 +239,9 @@ def _evaluate(
         data = prepare_eval(target, texts, cfg, ids, bs)
         prompts, workload = int(data[0].shape[0]), "held-out text"
     acc, anchors, lengths = acceptance(drafter, target, data, bs, int(c["dflash_config"]["mask_token_id"]))
+    note = repetition_note(target, data)
+    if note is not None:
+        progress(f"warning: the target's greedy continuations: {note}")
     return summarize(
         acc,
         target=str(target_path),
@@ -247,4 +253,23 @@ def _evaluate(
         lmdeploy_checked=checked,
         lengths=lengths,
         workload=workload,
+        repetitive=note,
     )
+
+
+def repetition_note(target: Any, data: Any) -> str | None:
+    """Set when the target's greedy continuations loop (`specq.pipeline.repetition`), where any drafter
+    scores almost perfectly."""
+    note = looping(continuations(target, data))
+    return note and f"{note}; acceptance and τ on a loop overstate what real text gets"
+
+
+def continuations(target: Any, data: Any) -> list[str]:
+    """The generated part of every sequence in `data` (one (tokens, features, greedy, start) tuple or a
+    list of them), as text."""
+    items = data if isinstance(data, list) else [data]
+    return [
+        target.tokenizer.decode(row[start:].tolist(), skip_special_tokens=True)
+        for tokens, _, _, start in items
+        for row in tokens
+    ]

@@ -43,6 +43,11 @@ class DraftEvalReport(BaseModel):
         description="tokens per step for k = 1..B−1 when a lossless engine walks the greedy sequences "
         "(only the positions a server drafts from): the figure to compare with a served τ",
     )
+    repetitive: str | None = Field(
+        None,
+        description="set when the target's greedy continuations loop: a drafter predicts a loop almost "
+        "perfectly, so acceptance and τ here overstate what real text gets",
+    )
 
 
 class DraftTrainReport(BaseModel):

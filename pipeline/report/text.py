@@ -173,6 +173,8 @@ def draft_eval_text(report: DraftEvalReport) -> str:
         f"best k: {report.best_k} (×{report.best_speedup:.2f}; step cost {report.step_cost.fixed} + "
         f"{report.step_cost.per_token}·k, an assumption until `specq bench` measures it)"
     )
+    if report.repetitive:
+        lines.append(f"NOT RELIABLE: {report.repetitive}")
     return _lines(lines)
 
 

@@ -96,6 +96,8 @@ def test_eval_on_a_bench_suite_walks_the_served_path(drafter, cli) -> None:
     assert len(walk) == 7 and all(1.0 <= t <= k + 1 for k, t in enumerate(walk, start=1))
     assert walk == sorted(walk)
     assert len(report.eval.walk_tau) == 7 and report.eval.workload == "held-out text"
+    # the small toy answers the code prompts with a loop ('#\n#\n…'): the report says so
+    assert data["repetitive"] and data["repetitive"].startswith("the outputs loop"), data["repetitive"]
 
 
 def test_self_distillation_frames_a_share_of_prompts_as_chat_turns(toy_pair) -> None:

@@ -13,7 +13,6 @@ from specq.pipeline.bench import BenchRequest
 from specq.pipeline.bench.analysis import (
     client_decode_rate,
     consistency,
-    distinct_fraction,
     edge_note,
     repetition_flag,
     speedup_range,
@@ -144,19 +143,15 @@ def test_default_k_values_reach_a_dflash_drafters_block_size(tmp_path):
     ) == [3, 4, 5, 6]
 
 
-def test_repetition_tells_a_loop_from_real_text():
+def test_a_looping_baseline_gets_the_repetitive_flag_and_failed_requests_do_not_count():
     loop = "#\n" * 64  # what the Qwen3.5 toy answered every code prompt with on the H200
-    assert distinct_fraction(loop) == pytest.approx(2 / 121)
-    code = Path(__file__).read_text()[:600]
-    assert (distinct_fraction(code) or 0) > 0.8
-    assert distinct_fraction("short") is None
     looping = [RequestRecord(id=str(i), category="code", output_text=loop) for i in range(3)]
     flag = repetition_flag(looping)
     assert flag is not None and flag.startswith(
         "repetitive: the outputs loop (median distinct 8-gram fraction 0.02"
     )
-    # one loop among real answers is the model's business, not the benchmark's: the median decides
-    mixed = [*looping[:1], *(RequestRecord(id=str(i), category="code", output_text=code) for i in range(2))]
-    assert repetition_flag(mixed) is None
+    assert "overstate what real text gets" in flag
+    real = Path(__file__).read_text()[:600]
+    assert repetition_flag([RequestRecord(id="r", category="code", output_text=real)]) is None
     failed = [RequestRecord(id="x", category="code", ok=False, output_text=loop)]
     assert repetition_flag(failed) is None

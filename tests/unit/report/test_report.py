@@ -277,3 +277,14 @@ def test_a_real_schema_1_1_report_still_loads_shows_compares_and_gates(tmp_path)
         run.decode_throughput = Spread()
     gate = evaluate_gates(new, old=old, max_regression=0.05)[0]
     assert not gate.passed and "worst decode rate change -10.0%" in gate.reason
+
+
+def test_draft_eval_text_says_when_the_continuations_loop():
+    from specq.pipeline.draft.eval import summarize
+    from specq.pipeline.report.text import draft_eval_text
+
+    kw = {"target": "t", "draft": "d", "block_size": 4, "prompts": 2, "anchors": 10, "seconds": 1.0}
+    clean = summarize([0.9, 0.8, 0.7], **kw)
+    assert clean.repetitive is None and "NOT RELIABLE" not in draft_eval_text(clean)
+    looped = summarize([1.0, 1.0, 1.0], **kw, repetitive="the outputs loop (…)")
+    assert "NOT RELIABLE: the outputs loop (…)" in draft_eval_text(looped)

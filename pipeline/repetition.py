@@ -1,0 +1,35 @@
+"""Whether generated text loops. A drafter predicts a loop almost perfectly, so acceptance, τ and speedup
+measured on looping outputs overstate what real text gets: a Qwen3.5 toy that answered every code prompt
+with `'#\\n#\\n…'` was accepted 100 % on the H200 (2026-12-01). Shared by `specq bench` (the baseline's
+outputs) and `specq draft eval` (the target's greedy continuations)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+N = 8  # characters per n-gram
+FLOOR = 0.2  # outputs whose median has fewer distinct n-grams than this loop
+
+
+def distinct_fraction(text: str, n: int = N) -> float | None:
+    """Distinct character n-grams over all n-grams of one output: near 1 for prose or code, near 0 for a loop
+    (`'#\\n' * 64` has 2 distinct 8-grams in 121). None for an output shorter than 2n characters."""
+    if len(text) < 2 * n:
+        return None
+    grams = [text[i : i + n] for i in range(len(text) - n + 1)]
+    return len(set(grams)) / len(grams)
+
+
+def looping(texts: Sequence[str], floor: float = FLOOR) -> str | None:
+    """'the outputs loop (median …, e.g. …)' when the median output's distinct n-gram fraction is below
+    `floor`; None otherwise, or when no output is long enough to judge. The median decides: one loop among
+    real answers is the model's business."""
+    scored = [(f, t) for t in texts if (f := distinct_fraction(t)) is not None]
+    if not scored:
+        return None
+    fractions = sorted(f for f, _ in scored)
+    median = fractions[len(fractions) // 2]
+    if median >= floor:
+        return None
+    worst = min(scored, key=lambda x: x[0])[1]
+    return f"the outputs loop (median distinct {N}-gram fraction {median:.2f}, e.g. {worst[:24]!r})"
