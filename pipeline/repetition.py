@@ -24,12 +24,10 @@ def looping(texts: Sequence[str], floor: float = FLOOR) -> str | None:
     """'the outputs loop (median …, e.g. …)' when the median output's distinct n-gram fraction is below
     `floor`; None otherwise, or when no output is long enough to judge. The median decides: one loop among
     real answers is the model's business."""
-    scored = [(f, t) for t in texts if (f := distinct_fraction(t)) is not None]
+    scored = sorted(((f, t) for t in texts if (f := distinct_fraction(t)) is not None), key=lambda x: x[0])
     if not scored:
         return None
-    fractions = sorted(f for f, _ in scored)
-    median = fractions[len(fractions) // 2]
+    median, worst = scored[len(scored) // 2][0], scored[0][1]
     if median >= floor:
         return None
-    worst = min(scored, key=lambda x: x[0])[1]
     return f"the outputs loop (median distinct {N}-gram fraction {median:.2f}, e.g. {worst[:24]!r})"

@@ -350,7 +350,7 @@ class RunContext:
             )
         elif run.consistency and run.consistency.consistent is False:
             run.flags.append(f"inconsistent: {'; '.join(run.consistency.problems)}")
-        if (run.draft_tokens == 0 or run.engine == "external") and (looping := repetition_flag(run.requests)):
+        if (run.baseline or run.engine == "external") and (looping := repetition_flag(run.requests)):
             run.flags.append(looping)
 
     def judge_errors(self, run: Run) -> None:
