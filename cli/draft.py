@@ -63,6 +63,12 @@ def evaluate(
         str | None,
         typer.Option(help="Decode a bench suite's chat prompts as a server would (e.g. code) instead."),
     ] = None,
+    mode: Annotated[
+        str | None,
+        typer.Option(
+            help="chat | completion: decode --suite or --prompts (a bench prompts file) as bench --mode does."
+        ),
+    ] = None,
     max_tokens: Annotated[int, typer.Option(min=4, help="Tokens per --suite prompt, as in bench.")] = 128,
     requests: Annotated[int, typer.Option(min=1, help="--suite prompts, as bench's --requests.")] = 8,
     device: Annotated[str | None, typer.Option(help="cpu, cuda or auto.")] = None,
@@ -72,6 +78,9 @@ def evaluate(
     """Offline acceptance of DRAFT against TARGET's greedy tokens, and the speedup it predicts per k.
 
     Example: specq draft eval ./toy/target ./toy-dflash --suite code --max-tokens 128 --json
+
+    The toys' own workload: specq draft eval ./toy/target ./toy-dflash --prompts heldout.jsonl --mode
+    completion (heldout.jsonl from `specq toy prompts`)
     """
     from specq.pipeline.draft import DraftEvalRequest, evaluate_drafter
     from specq.pipeline.report.text import draft_eval_text
@@ -83,6 +92,7 @@ def evaluate(
         draft=draft,
         prompts=prompts,
         suite=suite,
+        mode=mode,
         max_tokens=max_tokens,
         requests=requests,
     )

@@ -85,3 +85,29 @@ def build(
     if dflash:
         data["dflash"], lines = dflash, [*lines, f"dflash: {dflash}"]
     emit(data, as_json, lambda _: "\n".join(lines), toy_diagnostics(report, err.width))
+
+
+@toy_app.command("prompts")
+def prompts(
+    out_file: Annotated[Path, typer.Argument(metavar="OUT", help="The .jsonl file to write.")],
+    count: Annotated[int, typer.Option("--count", help="Number of prompts.")] = 16,
+    chars: Annotated[int, typer.Option("--chars", help="Characters per prompt, at most.")] = 600,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write the toys' own workload: held-out code prefixes (files the toys never trained on) for
+    `specq bench --mode completion --prompts OUT`. The toys learnt raw code, not chat: chat prompts make
+    their greedy answers loop, and a loop is accepted by any drafter.
+
+    Example: specq toy prompts specq-out/heldout.jsonl && specq bench specq-out/toy/target --draft-model
+    specq-out/toy/draft --prompts specq-out/heldout.jsonl --mode completion
+    """
+    import json
+
+    from specq.pipeline.fsutil import atomic_write_text
+    from specq.pipeline.toy.corpus import completion_prompts, load_corpus
+
+    corpus = load_corpus()
+    records = completion_prompts(corpus, count, chars)
+    atomic_write_text(out_file, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    data = {"path": out_file, "prompts": len(records), "corpus": corpus.summary()}
+    emit(data, as_json, lambda d: f"{d['path']}: {d['prompts']} held-out code prompts (completion mode)")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..checkpoint import Checkpoint
 from ..engines.speculation import MAX_DRAFT_TOKENS
-from ..repetition import looping
+from ..repetition import looping, partly_looping
 from ..report.models import (
     BenchReport,
     BestK,
@@ -379,6 +379,16 @@ def lossless(baseline: Run, run: Run, counter: TokenCounter | None = None) -> Lo
 
 
 # ----------------------------------------------------------------------------------------------- repetition
+
+
+def partial_repetition_note(records: Sequence[RequestRecord]) -> str | None:
+    """A note (not a flag) when some outputs of a run loop but most do not: the loops' near-perfect
+    acceptance lifts τ and the speedup above what the rest of the text gets."""
+    per_prompt = {r.id: r.output_text for r in records if r.ok}  # trials repeat the prompts
+    note = partly_looping(list(per_prompt.values()))
+    if note is None:
+        return None
+    return f"partly repetitive: {note}; their near-perfect acceptance lifts τ and speedup above the rest's"
 
 
 def repetition_flag(records: Sequence[RequestRecord]) -> str | None:

@@ -44,6 +44,7 @@ from .analysis import (
     consistency,
     headline,
     lossless,
+    partial_repetition_note,
     predict_best_k,
     repetition_flag,
     roofline,
@@ -653,6 +654,10 @@ def finalize(report: BenchReport, request: BenchRequest, counter: TokenCounter |
                 r.lossless = lossless(base, r, counter)
         if report.best_k is None:
             report.best_k = predict_best_k(base, [r for r in runs if not r.baseline], k_limit(request))
+    for r in report.runs:  # the baseline's outputs are every run's (a --url run: its own)
+        if (r.baseline or r.engine == "external") and (note := partial_repetition_note(r.requests)):
+            if (line := f"{r.key}: {note}") not in report.notes:
+                report.notes.append(line)
     report.headline = headline(report)
     old = None
     if b.baseline_report:

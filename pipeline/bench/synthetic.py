@@ -14,7 +14,8 @@ requests after start pays `S × (1 − i/N)` extra before its first token (prefi
 counter. Fault injection: `--fail-every N` answers every N-th request with HTTP 500, `--die-after N` exits
 after N requests, `--error-mid-stream` sends an error event after the first chunk, `--stall-s S` pauses S
 seconds after the first chunk, `--metrics-lag-s` delays counter updates like LMDeploy's lagging /metrics.
-`--loop N` makes every output cycle through its first N words, like a model stuck in a loop.
+`--loop N` makes every output cycle through its first N words, like a model stuck in a loop (with
+`--loop-every M`, only the outputs of prompts whose hash is a multiple of M: a model that loops on some).
 
 Used by tests (`SyntheticEngine` implements the serve stage's `Engine`) and by
 `benchmarks/bench_client_throughput.py`. Run: `python -m specq.pipeline.bench.synthetic --port 0`."""
@@ -178,7 +179,7 @@ def make_handler(args: argparse.Namespace, counters: Counters) -> type[BaseHTTPR
             seed = int(hashlib.sha256(prompt.encode()).hexdigest()[:6], 16)
             n = int(body.get("max_tokens") or 16)
             words = [f" w{(seed + i * 7919) % 100000:05d}" for i in range(n)]  # fixed width: 7 chars a token
-            if args.loop:
+            if args.loop and seed % args.loop_every == 0:
                 words = [words[i % args.loop] for i in range(n)]
             sizes = plan_chunks(args.draft_tokens, n, pattern, args.tokens_per_chunk, args.first_chunk_tokens)
             jit = args.jit_s * (1 - (n_req - 1) / args.jit_requests) if n_req <= args.jit_requests else 0.0
@@ -269,6 +270,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--error-mid-stream", action="store_true", help="an error event after the first chunk")
     p.add_argument("--stall-s", type=float, default=0.0, help="pause after the first chunk")
     p.add_argument("--loop", type=int, default=0, help="outputs cycle through their first N words")
+    p.add_argument("--loop-every", type=int, default=1, help="--loop only where the prompt's hash %% M == 0")
     return p.parse_args(argv)
 
 

@@ -6,6 +6,7 @@ pipeline function its command calls; this module only chains them and keeps thei
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from pydantic import BaseModel, Field
 from ..config import SpecqConfig, resolve_config
 from ..config.models import QuantizeSection
 from ..errors import InputError, os_error
-from ..fsutil import check_writable
+from ..fsutil import atomic_write_text, check_writable
 from ..progress import Progress, null_progress
 
 STAGES = ("toy pair", "quantize", "convert", "serve + bench")
@@ -37,12 +38,17 @@ class DemoResult(BaseModel):
     best_k: dict[str, Any] | None = None
 
 
-def demo_config(target: Path, draft: Path, out: Path, quick: bool) -> SpecqConfig:
-    """The packaged CPU demo preset, pointed at the demo's own models."""
+def demo_config(
+    target: Path, draft: Path, out: Path, quick: bool, prompts: Path | None = None
+) -> SpecqConfig:
+    """The packaged CPU demo preset, pointed at the demo's own models (and at `prompts`, a completion-mode
+    prompts file, when given)."""
     flags: dict[str, dict[str, Any]] = {
         "model": {"model_path": str(target), "draft_model_path": str(draft)},
         "bench": {"out": str(out)},
     }
+    if prompts is not None:
+        flags["bench"].update(prompts=str(prompts), mode="completion")
     if quick:
         flags["bench"].update(requests=4, max_tokens=32, warmup=1)
     return resolve_config("cpu-demo", flags=flags)
@@ -55,7 +61,7 @@ def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_
     from ..quantize import QuantizeRequest, quantize
     from ..report.formatters import render
     from ..toy import ToyRequest, build_toy_pair
-    from ..toy.corpus import load_corpus, write_jsonl
+    from ..toy.corpus import completion_prompts, load_corpus, write_jsonl
 
     out = Path(out)
     if out.exists() and any(out.iterdir()):
@@ -101,7 +107,11 @@ def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_
             progress(f"{Path(v.model).name}: {e.line()}")
 
     stage(3)
-    cfg = demo_config(gptq_dir, pair.draft, out / "bench", quick)
+    # The toy learnt raw code: on chat prompts its greedy answers loop, and any drafter predicts a loop.
+    # Held-out code prefixes, sent as completions, are text it has to write (`specq toy prompts`).
+    prompts = out / "prompts.jsonl"
+    atomic_write_text(prompts, "".join(json.dumps(r) + "\n" for r in completion_prompts(corpus, count=8)))
+    cfg = demo_config(gptq_dir, pair.draft, out / "bench", quick, prompts)
     report = run_bench(BenchRequest.from_config(cfg), progress=progress, out_dir=out / "bench")
     bench_dir = out / "bench"
     files = {str(p.relative_to(bench_dir)): str(p) for p in sorted(bench_dir.rglob("*")) if p.is_file()}

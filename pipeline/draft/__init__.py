@@ -13,6 +13,7 @@ from ..config import SpecqConfig
 from ..config.models import DraftSection
 from ..errors import UsageError
 from ..progress import Progress, null_progress
+from ..workload import Mode
 from .reports import DraftEvalReport, DraftTrainReport
 
 
@@ -37,8 +38,9 @@ class DraftTrainRequest(DraftSection):
 
 class DraftEvalRequest(DraftSection):
     """Everything `evaluate_drafter` needs, frozen: the `[draft]` settings, the target and drafter, and
-    what to decode (`prompts`, else `data`'s held-out part, else the toy corpus; or a bench `suite`'s chat
-    prompts, `requests` of them with `max_tokens` each). Build it once with `from_config`."""
+    what to decode (`prompts`, else `data`'s held-out part, else the toy corpus; or, with `suite` or `mode`,
+    what a server decodes for a bench workload: `requests` prompts of the suite or of the `prompts` file, as
+    chats or as completions, `max_tokens` each). Build it once with `from_config`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -46,6 +48,7 @@ class DraftEvalRequest(DraftSection):
     draft: str
     prompts: str | None = None
     suite: str | None = None
+    mode: Mode | None = None
     max_tokens: int = Field(128, ge=4)
     requests: int = Field(8, ge=1)
 
@@ -58,12 +61,15 @@ class DraftEvalRequest(DraftSection):
         draft: str | Path,
         prompts: str | Path | None = None,
         suite: str | None = None,
+        mode: Mode | None = None,
         max_tokens: int = 128,
         requests: int = 8,
     ) -> DraftEvalRequest:
         section = cfg.draft if isinstance(cfg, SpecqConfig) else cfg
+        if mode not in (None, "chat", "completion"):
+            raise UsageError(f"--mode {mode}: choose chat or completion")
         extra = dict(target=str(target), draft=str(draft), prompts=str(prompts) if prompts else None,
-                     suite=suite, max_tokens=max_tokens, requests=requests)  # fmt: skip
+                     suite=suite, mode=mode, max_tokens=max_tokens, requests=requests)  # fmt: skip
         return cls.model_validate({**section.model_dump(), **extra})
 
 
@@ -76,24 +82,27 @@ def train_drafter(cfg: DraftTrainRequest, progress: Progress = null_progress) ->
 
 def evaluate_drafter(cfg: DraftEvalRequest, progress: Progress = null_progress) -> DraftEvalReport:
     """Offline acceptance of any DFlash drafter on held-out text (`prompts`, else `cfg.data`'s held-out
-    part, else the toy corpus) and the speedup it predicts per draft-token count. With `suite`, on what
-    `specq bench --suite SUITE --requests N --max-tokens M` makes a chat server decode instead."""
+    part, else the toy corpus) and the speedup it predicts per draft-token count. With `suite` or `mode`, on
+    what `specq bench [--suite SUITE | --prompts FILE] --mode MODE --requests N --max-tokens M` makes a server
+    decode instead (chat: through the chat template; completion: the prompt text as it is)."""
     from .data import load_texts, read_prompts
     from .eval import evaluate_checkpoint
 
     target, draft = Path(cfg.target), Path(cfg.draft)
-    if cfg.suite is not None:
+    if cfg.suite is not None or cfg.mode is not None:
         from ..workload import build_workload
 
+        mode = cfg.mode or "chat"
         work = build_workload(
-            suite=cfg.suite, prompts_file=None, dataset=None, field="text", requests=cfg.requests
-        )
-        chat = (
-            [p.as_messages() for p in work.prompts],
+            suite=cfg.suite, prompts_file=cfg.prompts if cfg.mode else None, dataset=None, field="text",
+            requests=cfg.requests,
+        )  # fmt: skip
+        served = (
+            [p.as_text() if mode == "completion" else p.as_messages() for p in work.prompts],
             cfg.max_tokens,
-            f"{work.source}, {cfg.max_tokens} tokens",
+            f"{work.source} ({mode}), {cfg.max_tokens} tokens",
         )
-        return evaluate_checkpoint(target, draft, [], cfg, progress, chat)
+        return evaluate_checkpoint(target, draft, [], cfg, progress, served)
     texts = (
         read_prompts(Path(cfg.prompts)) if cfg.prompts is not None else load_texts(cfg.data, target).heldout
     )

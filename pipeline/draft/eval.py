@@ -13,7 +13,7 @@ from typing import Any
 from ..checkpoint import Checkpoint, validate_checkpoint
 from ..errors import InputError
 from ..progress import Progress, null_progress
-from ..repetition import looping
+from ..repetition import looping, partly_looping
 from ..speedup import StepCost, best_k, expected_tokens_per_step, predict_speedup
 from . import contract
 from .reports import DraftEvalReport, SpeedupPrediction
@@ -29,19 +29,20 @@ def prepare_eval(target: Any, texts: list[str], cfg: Any, layer_ids: list[int], 
     return tokens, feats, greedy, cfg.prompt_tokens
 
 
-def prepare_chat_eval(
+def prepare_served_eval(
     target: Any,
-    conversations: list[list[dict[str, str]]],
+    requests: list[str | list[dict[str, str]]],
     new_tokens: int,
     layer_ids: list[int],
     block_size: int,
 ) -> list[Any]:
-    """What a chat server decodes: each conversation through the target's chat template (generation prompt
-    added, as LMDeploy's api_server does), continued greedily for `new_tokens`; one data tuple per prompt
+    """What a server decodes: each conversation through the target's chat template (generation prompt
+    added, as LMDeploy's api_server does), or each completion prompt's text as it is (LMDeploy's
+    /v1/completions applies no template), continued greedily for `new_tokens`; one data tuple per prompt
     (their lengths differ)."""
     items = []
-    for messages in conversations:
-        ids = target.chat_ids(messages)
+    for request in requests:
+        ids = target.encode([request])[0] if isinstance(request, str) else target.chat_ids(request)
         tokens = target.greedy_continue([ids], new_tokens + block_size)
         feats, greedy = target.features(tokens, layer_ids)
         items.append((tokens, feats, greedy, len(ids)))
@@ -198,14 +199,15 @@ def evaluate_checkpoint(
     texts: list[str],
     cfg: Any,
     progress: Progress = null_progress,
-    chat: tuple[list[list[dict[str, str]]], int, str] | None = None,
+    served: tuple[list[str | list[dict[str, str]]], int, str] | None = None,
 ) -> DraftEvalReport:
     """`specq draft eval`: validate the drafter against the contract and the target, then measure it on
-    held-out `texts`, or on `chat` = (conversations, new tokens, label) as a chat server would decode them."""
+    held-out `texts`, or on `served` = (conversations or completion prompts, new tokens, label) as a server
+    would decode them."""
     from ..hardware import cpu_threads
 
     with cpu_threads(cfg.threads):
-        return _evaluate(target_path, draft_path, texts, cfg, progress, chat)
+        return _evaluate(target_path, draft_path, texts, cfg, progress, served)
 
 
 def _evaluate(
@@ -214,7 +216,7 @@ def _evaluate(
     texts: list[str],
     cfg: Any,
     progress: Progress,
-    chat: tuple[list[list[dict[str, str]]], int, str] | None,
+    served: tuple[list[str | list[dict[str, str]]], int, str] | None,
 ) -> DraftEvalReport:
     from ..hardware import pick_device
     from .data import Target
@@ -229,10 +231,10 @@ def _evaluate(
     drafter, c = load_drafter(draft, device)
     bs = int(c["dflash_config"]["block_size"])
     ids = list(c["dflash_config"]["target_layer_ids"])
-    if chat is not None:
-        conversations, new_tokens, workload = chat
-        progress(f"greedy continuations of {len(conversations)} chat prompts ({workload})")
-        data: Any = prepare_chat_eval(target, conversations, new_tokens, ids, bs)
+    if served is not None:
+        requests, new_tokens, workload = served
+        progress(f"greedy continuations of {len(requests)} prompts ({workload})")
+        data: Any = prepare_served_eval(target, requests, new_tokens, ids, bs)
         prompts = len(data)
     else:
         progress(f"greedy continuations of {cfg.eval_prompts} held-out prompts")
@@ -242,6 +244,8 @@ def _evaluate(
     note = repetition_note(target, data)
     if note is not None:
         progress(f"warning: the target's greedy continuations: {note}")
+    elif (some := partly_looping(continuations(target, data))) is not None:
+        progress(f"note: the target's greedy continuations: {some}; those lift τ above the rest's")
     return summarize(
         acc,
         target=str(target_path),

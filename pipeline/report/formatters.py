@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..fsutil import atomic_write_text
-from .models import BenchReport
+from .models import BenchReport, Run
 from .rates import BASIS_NAMES, run_rate
 
 Formatter = Callable[[BenchReport], str]
@@ -74,6 +74,7 @@ def run_rows(report: BenchReport) -> list[dict[str, Any]]:
                 "step_cost_source": r.step_cost_source,
                 "consistent": r.consistency.consistent if r.consistency else None,
                 "flags": "; ".join(r.flags) or None,
+                "check": _check(r),
                 "ttft_p50_s": a.ttft_s.p50,
                 "ttft_p99_s": a.ttft_s.p99,
                 "e2e_p50_s": a.e2e_s.p50,
@@ -139,14 +140,14 @@ COLUMNS = [
 MS = {"ttft_p50_s", "tpot_mean_s", "itl_p90_s"}
 
 
-def _check(row: dict[str, Any]) -> str:
-    """The run's self-check in one word: unsteady, inconsistent and/or repetitive, ok, or - (nothing to
-    check)."""
-    flags = row["flags"] or ""
-    words = [w for w in ("unsteady", "inconsistent", "repetitive") if w + ":" in flags]
+def _check(run: Run) -> str:
+    """The run's self-check in one word: its flags' kinds (each flag reads "kind: …", e.g. UNSTEADY or
+    INCONSISTENT+REPETITIVE), ok, or - (nothing to check)."""
+    words = dict.fromkeys(f.split(":", 1)[0].strip() for f in run.flags)
     if words:
         return "+".join(words).upper()
-    return "ok" if row["consistent"] or row["warmup_steady"] else "-"
+    consistent = run.consistency.consistent if run.consistency else None
+    return "ok" if consistent or (run.warmup and run.warmup.steady) else "-"
 
 
 def _cells(row: dict[str, Any]) -> list[str]:
@@ -158,7 +159,7 @@ def _cells(row: dict[str, Any]) -> list[str]:
         elif name == "trials":
             out.append(f"{row['steady_trials']}/{row['trials']}" if row["trials"] else "-")
         elif name == "check":
-            out.append(_check(row))
+            out.append(row["check"])
         elif key is None:
             out.append(f"{row['requests'] - row['errors']}/{row['requests']}")
         elif spec is None:
@@ -185,6 +186,7 @@ def _footer(report: BenchReport) -> list[str]:
     if not report.complete:
         why = [n for n in report.notes if n.startswith(("interrupted", "incomplete"))]
         lines.append("INCOMPLETE report: " + ("; ".join(why) or "not every run was measured"))
+    lines += [n for n in report.notes if not n.startswith(("interrupted", "incomplete"))]
     for r in report.runs:
         if r.status != "ok" and r.reason:
             lines.append(f"{r.key}: {r.status}: {r.reason}")
@@ -197,7 +199,8 @@ def _footer(report: BenchReport) -> list[str]:
             )
         if r.aggregate.token_count_mismatches:
             lines.append(f"{r.key}: tokenizer recount differs from the server's usage in "
-                         f"{r.aggregate.token_count_mismatches} request(s)")  # fmt: skip
+                         f"{r.aggregate.token_count_mismatches} request(s); the rates use the server's count "
+                         "(generated tokens need not re-tokenize the same way)")  # fmt: skip
         if r.lossless and not r.lossless.passed:
             first = r.lossless.mismatches[0] if r.lossless.mismatches else {}
             differ = r.lossless.compared - r.lossless.exact_matches

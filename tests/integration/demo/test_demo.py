@@ -34,6 +34,11 @@ def test_demo_quick_runs_the_whole_pipeline(cli, toy_pair, tmp_path: Path) -> No
     assert "baseline" in result["summary_table"] and "k=6" in result["summary_table"]
     assert any(name.endswith(".png") for name in result["bench_files"])
     assert result["best_k"] is not None
+    # the toy's own workload (held-out code prefixes, completion mode): text it writes, not a loop
+    assert report["workload"]["mode"] == "completion"
+    assert report["workload"]["categories"] == {"code-completion": 4}
+    assert (out / "prompts.jsonl").is_file()
+    assert not any(f.startswith("repetitive") for f in report["runs"][0]["flags"])
 
 
 def test_demo_refuses_a_non_empty_out(cli, tmp_path: Path) -> None:

@@ -100,6 +100,25 @@ def test_eval_on_a_bench_suite_walks_the_served_path(drafter, cli) -> None:
     assert data["repetitive"] and data["repetitive"].startswith("the outputs loop"), data["repetitive"]
 
 
+def test_eval_in_completion_mode_decodes_the_prompt_text_as_it_is(drafter, cli, tmp_path) -> None:
+    """`--prompts FILE --mode completion` decodes what `specq bench --prompts FILE --mode completion` makes a
+    server decode: each prompt's text with no chat template (LMDeploy's /v1/completions applies none)."""
+    pair, out, _ = drafter
+    prompts = tmp_path / "heldout.jsonl"
+    assert cli("toy", "prompts", str(prompts), "--count", "3")[0] == 0
+    args = ["draft", "eval", str(pair.target), str(out), "--prompts", str(prompts), "--requests", "3"]
+    code, stdout, _ = cli(*args, "--mode", "completion", "--max-tokens", "48", "--device", "cpu", "--json")
+    assert code == 0
+    data = json.loads(stdout)
+    assert data["prompts"] == 3 and data["workload"] == f"file:{prompts} (completion), 48 tokens"
+    walk = data["walk_tau"]
+    assert len(walk) == 7 and all(1.0 <= t <= k + 1 for k, t in enumerate(walk, start=1))
+    code, stdout, _ = cli(*args, "--mode", "chat", "--max-tokens", "48", "--device", "cpu", "--json")
+    assert code == 0 and json.loads(stdout)["walk_tau"] != walk  # the chat template changes what is decoded
+    code, _, stderr = cli(*args, "--mode", "raw")
+    assert code == 2 and stderr.strip() == "specq: error: --mode raw: choose chat or completion"
+
+
 def test_self_distillation_frames_a_share_of_prompts_as_chat_turns(toy_pair) -> None:
     from specq.pipeline.draft.data import Target
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from specq.pipeline.repetition import distinct_fraction, looping
+from specq.pipeline.repetition import distinct_fraction, looping, partly_looping
 
 LOOP = "#\n" * 64  # the Qwen3.5 toy's answer to every code-suite prompt on the H200 (2026-12-01)
 CODE = Path(__file__).read_text()[:600]
@@ -30,3 +30,13 @@ def test_the_median_output_decides():
 def test_a_phrase_loop_counts_as_well():
     phrase = " 'day'," * 30  # a loop longer than the n-gram: still few distinct 8-grams
     assert (distinct_fraction(phrase) or 1) < 0.2 and looping([phrase]) is not None
+
+
+def test_some_loops_among_real_text_are_counted_not_flagged():
+    assert (
+        partly_looping([LOOP, CODE, CODE])
+        == "1/3 outputs loop (e.g. '#\\n#\\n#\\n#\\n#\\n#\\n#\\n#\\n#\\n#\\n#\\n#\\n')"
+    )
+    assert partly_looping([CODE, CODE]) is None
+    assert partly_looping([LOOP, LOOP, CODE]) is None  # the median loops: `looping` says so instead
+    assert partly_looping(["ab", LOOP[:10]]) is None  # too short to judge

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 from pathlib import Path
 
@@ -288,3 +290,44 @@ def test_draft_eval_text_says_when_the_continuations_loop():
     assert clean.repetitive is None and "NOT RELIABLE" not in draft_eval_text(clean)
     looped = summarize([1.0, 1.0, 1.0], **kw, repetitive="the outputs loop (…)")
     assert "NOT RELIABLE: the outputs loop (…)" in draft_eval_text(looped)
+
+
+def test_a_tokenizer_recount_mismatch_says_which_count_the_rates_use():
+    rep = make_report()
+    rep.runs[1].aggregate.token_count_mismatches = 2
+    text = render(rep, "table")
+    assert (
+        "k=4@c1: tokenizer recount differs from the server's usage in 2 request(s); the rates use the "
+        "server's count" in text
+    )
+    assert "baseline@c1: tokenizer recount" not in text
+
+
+def test_the_check_word_is_read_off_each_flags_kind():
+    rep = make_report()
+    rep.runs[0].flags = ["unsteady: warm-up did not settle", "repetitive: the outputs loop (e.g. 'a: b')"]
+    assert "UNSTEADY+REPETITIVE" in render(rep, "table")
+    rows = list(csv.DictReader(io.StringIO(render(rep, "csv"))))
+    assert [r["check"] for r in rows] == ["UNSTEADY+REPETITIVE", "-"]
+    rep.runs[0].flags = ["stalled: a new kind"]  # a kind the formatter has never heard of still shows
+    assert "STALLED" in render(rep, "table")
+
+
+H200_QWEN35 = H200_1_1.with_name("h200-qwen35-dflash-heldout-1.2.json.gz")
+
+
+def test_a_real_report_on_partly_looping_text_gets_the_note():
+    """The seventh H200 session (2026-12-01): the Qwen3.5 toy, DFlash k = 3..6 on its held-out code prefixes.
+    3 of the 8 outputs loop, so no flag but a note; the one divergence is the same prompt at every k."""
+    from specq.pipeline.bench.analysis import partial_repetition_note, repetition_flag
+
+    with gzip.open(H200_QWEN35, "rt") as f:
+        rep = BenchReport.model_validate_json(f.read())
+    base = rep.runs[0]
+    assert base.baseline and repetition_flag(base.requests) is None
+    note = partial_repetition_note(base.requests)
+    assert note is not None and note.startswith("partly repetitive: 3/8 outputs loop (e.g. '#\\n#\\n")
+    assert rep.workload.mode == "completion" and rep.headline is not None and rep.headline.reliable
+    for run in rep.runs[1:]:
+        assert run.lossless is not None and (run.lossless.exact_matches, run.lossless.compared) == (14, 16)
+        assert {(m["id"], m["first_divergence"]) for m in run.lossless.mismatches} == {("heldout-02", 5)}

@@ -29,3 +29,52 @@ def test_write_jsonl(tmp_path) -> None:
     assert rows == [{"text": "a = 1\n"}, {"text": 'print("é")'}]
     custom = write_jsonl(tmp_path / "c.jsonl", ["x"], field="content")
     assert json.loads(custom.read_text()) == {"content": "x"}
+
+
+def test_completion_prompts_are_whole_lines_of_heldout_files(toy_corpus) -> None:
+    from specq.pipeline.toy.corpus import completion_prompts
+
+    prompts = completion_prompts(toy_corpus, count=12, chars=500)
+    assert len(prompts) == 12 and [p["id"] for p in prompts] == [f"heldout-{i:02d}" for i in range(1, 13)]
+    sources = dict(zip(toy_corpus.heldout_files, toy_corpus.heldout, strict=True))
+    for p in prompts:
+        assert p["source"] in sources and p["source"] not in toy_corpus.train_files
+        text = sources[p["source"]]
+        assert 250 <= len(p["prompt"]) <= 500 and p["prompt"].endswith("\n")
+        at = text.find(p["prompt"])
+        assert at >= len(text) // 3 and (at == 0 or text[at - 1] == "\n")  # whole lines, past the header
+    assert completion_prompts(toy_corpus, count=12, chars=500) == prompts  # deterministic
+    assert completion_prompts(toy_corpus, count=3, chars=500) == prompts[:3]
+
+
+def test_completion_prompts_refuse_what_cannot_be_met(tmp_path) -> None:
+    import pytest
+
+    from specq.pipeline.errors import InputError, UsageError
+    from specq.pipeline.toy.corpus import completion_prompts
+
+    for i in range(12):  # file 3 is held out (stride 10, offset 3): one short line
+        (tmp_path / f"m{i:02d}.py").write_text("x = 1\n")
+    small = load_corpus(tmp_path)
+    with pytest.raises(InputError, match="no held-out file is long enough"):
+        completion_prompts(small)
+    with pytest.raises(UsageError, match="--count 0"):
+        completion_prompts(small, count=0)
+    with pytest.raises(UsageError, match="--chars 10"):
+        completion_prompts(small, chars=10)
+
+
+def test_toy_prompts_command_writes_a_bench_prompts_file(cli, tmp_path) -> None:
+    from specq.pipeline.workload import build_workload
+
+    out = tmp_path / "w" / "heldout.jsonl"
+    code, stdout, _ = cli("toy", "prompts", str(out), "--count", "5", "--json")
+    assert code == 0 and json.loads(stdout)["prompts"] == 5
+    work = build_workload(suite=None, prompts_file=str(out), dataset=None, field="text", requests=5)
+    assert [p.id for p in work.prompts] == [f"heldout-{i:02d}" for i in range(1, 6)]
+    assert all(p.category == "code-completion" and p.as_text() == p.prompt for p in work.prompts)
+    assert [f.name for f in out.parent.iterdir()] == ["heldout.jsonl"]  # no temporary left behind
+    code, stdout, stderr = cli("toy", "prompts", str(tmp_path / "x.jsonl"), "--count", "0")
+    assert code == 2 and stdout == ""
+    assert stderr.strip() == "specq: error: --count 0: ask for at least 1 prompt"
+    assert not (tmp_path / "x.jsonl").exists()
