@@ -1,6 +1,8 @@
 """Prepare the GPTQ checkpoint that `tests/gpu/test_convert_gpu.py` loads on a GPU machine without gptqmodel:
 the small toy target (built or taken from the toy cache), or `--model DIR`, quantized to symmetric 4-bit GPTQ
-(group 128, no act-order) here on CPU with gptqmodel. Writes ROOT/model and ROOT/gptq.
+(group 128, no act-order) here on CPU with gptqmodel. Writes ROOT/model and ROOT/gptq, and for the toy
+ROOT/heldout.jsonl (`specq toy prompts`: its held-out code prefixes, made here because the held-out split is
+this interpreter's standard library), which `benchmarks/gpu_check.py --small-root ROOT` benches on.
 
     PYTHONPATH=. python benchmarks/gptq_for_gpu_check.py .device/quant [--model DIR]
     # then, on the GPU machine: SPECQ_GPU_QUANT_ROOT=.device/quant pytest -m gpu tests/gpu/test_convert_gpu.py
@@ -26,9 +28,15 @@ def main() -> None:
         raise SystemExit(f"{root} already exists; remove it or choose another directory")
     model = args.model
     if model is None:
+        import json
+
         from specq.pipeline.toy import ToyRequest, build_toy_pair
+        from specq.pipeline.toy.corpus import completion_prompts, load_corpus
 
         model = build_toy_pair(ToyRequest(size="small", seed=0)).target
+        root.mkdir(parents=True)
+        records = completion_prompts(load_corpus())
+        (root / "heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     shutil.copytree(model, root / "model")
     quantize_gptq(root / "model", root, "cpu")
     print(f"wrote {root / 'model'} and {root / 'gptq'}")

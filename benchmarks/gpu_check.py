@@ -3,7 +3,7 @@ one directory.
 
     python benchmarks/gpu_check.py --out gpu-check --fa3-source DIR [--small-root ROOT] [--sizes small,medium]
         [--steps toy,fa3,doctor,awq,draft,bench,plan,tests] [--draft-tokens 3,5,7,11,15]
-        [--bench-targets small-awq] [--quick]
+        [--bench-targets small-awq] [--workload heldout|code] [--quick]
 
 Steps, in order (a failing step is recorded and the next one runs; `summary.json` lists each step's exit code,
 time and output; `sweeps.md` the tables):
@@ -23,7 +23,11 @@ time and output; `sweeps.md` the tables):
   half of it framed as chat turns: `draft.chat_fraction`). An AWQ target's bench reuses its size's drafter
   (serve writes the fp16 copy LMDeploy needs).
 - bench: `specq bench … --engine lmdeploy --backend pytorch --method dflash --draft-tokens LIST` for every
-  target (bf16 per size, and the AWQ targets) against its k = 0 baseline.
+  target (bf16 per size, and the AWQ targets) against its k = 0 baseline. The workload (`--workload heldout`,
+  the default): the toy's held-out code prefixes in completion mode (`specq toy prompts`), made where the toy
+  was built — ROOT/heldout.jsonl for `--small-root` (`gptq_for_gpu_check.py` writes it), made here for toys
+  built here. The toys learnt raw code, and on chat prompts their greedy answers loop (seventh H200 session,
+  docs/verification.md); `--workload code` benches the code suite's chats as before 2026-12-02.
 - plan: `specq plan … --engine lmdeploy --cache-max-entry-count R` (R: the ratio the bench's servers ran with,
   specq serve's 0.8 unless SPECQ_ENGINE__CACHE_MAX_ENTRY_COUNT says otherwise) against the NVML peak each
   bench baseline recorded.
@@ -140,6 +144,7 @@ def main() -> int:
     ap.add_argument("--calib", type=Path, help="calibration JSONL for quant (default: ROOT/calib.jsonl)")
     ap.add_argument("--draft-tokens", default="3,5,7,11,15")
     ap.add_argument("--bench-targets", help="bench only these targets (e.g. small-awq); default: all")
+    ap.add_argument("--workload", choices=("heldout", "code"), default="heldout", help="what bench sends")
     ap.add_argument("--quick", action="store_true", help="fewer requests and draft steps")
     ap.add_argument("--summary", default="summary.json", help="file under --out that step results append to")
     args = ap.parse_args()
@@ -166,6 +171,20 @@ def main() -> int:
     if "medium" in sizes:
         targets["medium-awq"] = out / "medium-awq"
     drafters = {name: out / f"dflash-{name.split('-')[0]}" for name in targets}
+
+    def workload(name: str) -> list[str]:
+        """bench's workload flags for a target: its toy's held-out prefixes (completion mode), else the code
+        suite (asked for, or no prompts file where the toy was built)."""
+        if args.workload == "code":
+            return ["--suite", "code"]
+        built_elsewhere = args.small_root is not None and name.startswith("small")
+        prompts = args.small_root / "heldout.jsonl" if built_elsewhere else out / "heldout-here.jsonl"
+        if not built_elsewhere and not prompts.exists():
+            record(run_step("prompts", specq("toy", "prompts", str(prompts), "--json"), out, 120))
+        if not prompts.exists():
+            print(f"== {name}: no {prompts}: benching the code suite (chat prompts the toys loop on)")
+            return ["--suite", "code"]
+        return ["--prompts", str(prompts), "--mode", "completion"]
 
     if "toy" in steps:
         for size in sizes:
@@ -220,7 +239,7 @@ def main() -> int:
             cmd = specq(
                 "bench", str(target), "--draft-model", str(drafters[name]), "--engine", "lmdeploy",
                 "--backend", "pytorch", "--method", "dflash", "--draft-tokens", args.draft_tokens,
-                "--suite", "code", "--requests", requests, "--max-tokens", tokens, "--out", str(bench_out),
+                *workload(name), "--requests", requests, "--max-tokens", tokens, "--out", str(bench_out),
                 "--json",
             )  # fmt: skip
             res = record(run_step(f"bench-{name}", cmd, out, 1800))

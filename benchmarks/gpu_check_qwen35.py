@@ -1,28 +1,33 @@
-"""The Qwen3.5-shaped toy on an H200, run detached with a budget (sixth H200 session, 2026-12-01: FA3 129 s,
-drafter 91 s, the MTP bench 11 min for its 5 server starts; the DFlash bench ran out of budget at k = 6, so
-pass `--methods dflash` when MTP is not what the run is for; docs/verification.md)
+"""The Qwen3.5-shaped toy on an H200, run detached with a budget (docs/verification.md). Sixth H200 session,
+2026-12-01: FA3 129 s, drafter 91 s, the MTP bench 11 min for its 5 server starts (3 trials). Seventh: FA3
+148 s, probe 167 s, eval 127 s, the DFlash bench 633 s with `--trials 2`; MTP did not fit after it. One
+session's 30 device minutes hold one bench: pick it with `--methods`.
 
     python benchmarks/gpu_check_qwen35.py --root ROOT --fa3-source DIR [--out gpu-check-qwen35]
-        [--awq-target DIR] [--draft-tokens 3..6] [--methods qwen3_5_mtp,dflash] [--budget 570]
+        [--awq-target DIR] [--prompts FILE] [--drafter DIR] [--draft-tokens 3..6]
+        [--methods qwen3_5_mtp,dflash] [--trials 3] [--budget 570]
 
 ROOT is a `specq toy build ROOT --arch qwen3.5` made on CPU and carried over (target/ about 10 MB). Steps, in
 order, each recorded in `summary.json` (exit code, seconds, stderr tail) and skipped when the remaining budget
 is below its reserve:
 - fa3: `specq fa3 build --source DIR ROOT/target` — FlashAttention-3 for head dim 256 in bf16 (fp16 too when
   `--awq-target` is given: it is named as well).
-- draft: `specq draft train ROOT/target --device cuda --block-size 8`: a DFlash drafter for the hybrid
-  target.
-- bench-mtp, then bench-dflash: `specq bench ROOT/target --engine lmdeploy --backend pytorch --method
-  qwen3_5_mtp` (the MTP head inside the target, no draft model) and `--method dflash --draft-model DRAFTER`,
-  each `--draft-tokens 3..6` against its k = 0 baseline (code suite, 8 requests × 128 tokens, warm-up to
-  steady state, 3 trials).
-- eval: `specq draft eval ROOT/target DRAFTER --suite code` — the offline τ on the benches' prompts.
+- draft (unless `--drafter DIR` names one, e.g. trained on CPU where the toy was built): `specq draft train
+  ROOT/target --device cuda --block-size 8`: a DFlash drafter for the hybrid target.
 - probe (with `--awq-target`, an AWQ copy made on CPU by `specq quantize --for plain`):
   `benchmarks/qwen35_load_probe.py make AWQ OUT --target ROOT/target` + `run` — LMDeploy launched on the AWQ
   copy (refused: AWQ runs in fp16, the Gated DeltaNet state in bf16), on the bf16 target with MTP (must
   load) and on copies broken the ways `specq convert` predicts it refuses, each outcome against the
   prediction (`probe/results.json`). There is no AWQ bench: specq refuses a quantized Qwen3.5 on the
-  PyTorch engine up front (engines/qwen35.py).
+  PyTorch engine up front (engines/qwen35.py). It runs before the benches: 2 minutes that decide verdicts.
+- eval: `specq draft eval ROOT/target DRAFTER` on the benches' workload — the offline τ to set beside the
+  served one.
+- bench-mtp and bench-dflash, in `--methods` order: `specq bench ROOT/target --engine lmdeploy --backend
+  pytorch --method qwen3_5_mtp` (the MTP head inside the target, no draft model) and `--method dflash
+  --draft-model DRAFTER`, each `--draft-tokens 3..6` against its k = 0 baseline (8 requests × 128 tokens,
+  warm-up to steady state, `--trials` trials). The workload: `--prompts FILE --mode completion` when given
+  (`specq toy prompts FILE`, made where the toy was built: its held-out split is that machine's standard
+  library), else the code suite's chats, which the toys answer with a loop (sixth H200 session).
 
 LMDeploy's PyTorch engine needs flash-linear-attention and tilelang (with z3-solver) for the Gated DeltaNet
 layers on CUDA, at the versions lmdeploy's wheel requires (tilelang==0.1.11 for 0.18.0); a source tree
@@ -52,12 +57,22 @@ def main() -> int:
     ap.add_argument("--draft-tokens", default="3..6")
     ap.add_argument("--draft-steps", default="800")
     ap.add_argument("--methods", default="qwen3_5_mtp,dflash", help="benches to run, in this order")
+    ap.add_argument("--prompts", type=Path, help="a `specq toy prompts` file: bench in completion mode")
+    ap.add_argument("--drafter", type=Path, help="a DFlash drafter for ROOT/target (default: train one)")
+    ap.add_argument("--trials", default="3")
     ap.add_argument("--budget", type=float, default=570.0, help="seconds for the whole script")
     args = ap.parse_args()
+    methods = args.methods.split(",")
+    if unknown := [m for m in methods if m not in ("qwen3_5_mtp", "dflash")]:
+        ap.error(f"--methods: unknown {', '.join(unknown)} (choose from qwen3_5_mtp, dflash)")
+    workload = ["--suite", "code"]
+    if args.prompts:
+        workload = ["--prompts", str(args.prompts.resolve()), "--mode", "completion"]
     deadline = time.monotonic() + args.budget
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    target, drafter = args.root.resolve() / "target", out / "dflash"
+    target = args.root.resolve() / "target"
+    drafter = args.drafter.resolve() if args.drafter else out / "dflash"
     results: list[dict] = []
     tables: list[str] = []
 
@@ -76,7 +91,7 @@ def main() -> int:
         cmd = specq(
             "bench", str(model), "--engine", "lmdeploy", "--backend", "pytorch", "--method", method,
             *(["--draft-model", str(draft)] if draft else []), "--draft-tokens", args.draft_tokens,
-            "--suite", "code", "--requests", "8", "--max-tokens", "128", "--trials", "3",
+            *workload, "--requests", "8", "--max-tokens", "128", "--trials", args.trials,
             "--temperature", "0", "--out", str(out / name), "--json",
         )  # fmt: skip
         res = step(name, cmd, reserve)
@@ -97,22 +112,23 @@ def main() -> int:
             "--steps", args.draft_steps, "--json",
         )  # fmt: skip
         step("draft", cmd, 300)
-    for method in args.methods.split(","):
-        if method == "qwen3_5_mtp":
-            bench("bench-mtp", target, method, None, 120)
-        elif method == "dflash" and drafter.exists():
-            bench("bench-dflash", target, method, drafter, 120)
-    if drafter.exists():  # the offline τ on the benches' prompts, to set beside the served τ (issue 18)
-        cmd = specq(
-            "draft", "eval", str(target), str(drafter), "--suite", "code", "--requests", "8",
-            "--max-tokens", "128", "--device", "cuda", "--json",
-        )  # fmt: skip
-        step("eval", cmd, 60)
     if args.awq_target:
         probe = [sys.executable, str(Path(__file__).resolve().parent / "qwen35_load_probe.py")]
         make = [*probe, "make", str(args.awq_target), str(out / "probe"), "--target", str(target)]
         if step("probe-make", make, 30)["exit"] == 0:
             step("probe", [*probe, "run", str(out / "probe"), "--timeout", "150"], 170)
+    if drafter.exists():  # the offline τ on the benches' prompts, to set beside the served τ (issue 18)
+        served = workload if args.prompts else [*workload, "--mode", "chat"]
+        cmd = specq(
+            "draft", "eval", str(target), str(drafter), *served, "--requests", "8", "--max-tokens", "128",
+            "--device", "cuda", "--json",
+        )  # fmt: skip
+        step("eval", cmd, 60)
+    for method in methods:
+        if method == "qwen3_5_mtp":
+            bench("bench-mtp", target, method, None, 120)
+        elif method == "dflash" and drafter.exists():
+            bench("bench-dflash", target, method, drafter, 120)
     (out / "sweeps.md").write_text("\n".join(tables))
     print("\n".join(tables), flush=True)
     return 0 if all(r.get("exit") == 0 for r in results) else 1
