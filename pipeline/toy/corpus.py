@@ -114,7 +114,7 @@ def completion_prompts(corpus: Corpus, count: int = 16, chars: int = 600) -> lis
     `chars` characters and ending at a line end, from held-out files in sorted order (a file too short for
     one is skipped). Deterministic. The toy targets were trained on raw code: a chat prompt in English is
     foreign to them and their greedy answers loop, whereas a code prefix mostly gets code-like text that a
-    drafter has to predict (2026-12-01, 128 greedy tokens: median distinct 8-gram fraction 0.36 for the
+    drafter has to predict (2026-12-02, 128 greedy tokens: median distinct 8-gram fraction 0.36 for the
     Qwen3.5 toy and 0.29 for the small Qwen3 toy, against 0.02 on the code suite's chats; but 7 and 2 of the
     16 prompts still loop, where a block or a comment line is to begin)."""
     if count < 1:

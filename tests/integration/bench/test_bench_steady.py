@@ -141,7 +141,7 @@ def test_a_model_stuck_in_a_loop_is_flagged_repetitive_and_the_headline_says_so(
 
 
 def test_a_model_that_loops_on_some_prompts_gets_a_note_not_a_flag(tmp_path):
-    """Some outputs loop, most do not (the Qwen3.5 toy on its held-out prefixes, H200 2026-12-01: 3 of 8):
+    """Some outputs loop, most do not (the Qwen3.5 toy on its held-out prefixes, H200 2026-12-02: 3 of 8):
     no `repetitive` flag, a `partly repetitive` note in the report and under the table."""
 
     def some_loop_factory(request, run_dir, progress):
