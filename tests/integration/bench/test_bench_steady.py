@@ -216,10 +216,12 @@ def test_ttft_from_the_send_and_exact_per_token_itl_with_a_multi_token_first_chu
     # before the connection was set up) put every request 1-2.5 ms late. The medians add this machine's
     # scheduling jitter (single requests on a shared 2-core machine can be preempted; a clean CI run once
     # read a 0.64 ms median delivery), so they get 1 ms. The server reads the request a little after the
-    # send (its thread for the new connection has to start).
+    # send (its thread for the new connection has to start). Against the schedule the server's own sleep
+    # adds its jitter: a fresh-clone CI run with another job on the machine read a best of 0.503 ms
+    # (2026-12-02), so that bound is 0.8 ms, still below the bug's 1 ms.
     assert median(sent) < 1.5e-3, sent
     assert 0 <= min(ttft_err) < 0.5e-3 and median(ttft_err) < 1e-3, ttft_err
-    assert min(abs(e) for e in sched_err) < 0.5e-3 and abs(median(sched_err)) < 1e-3, sched_err
+    assert min(abs(e) for e in sched_err) < 0.8e-3 and abs(median(sched_err)) < 1e-3, sched_err
     assert median(itl_err) < 0.25e-3
 
 
