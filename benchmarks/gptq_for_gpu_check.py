@@ -28,15 +28,11 @@ def main() -> None:
         raise SystemExit(f"{root} already exists; remove it or choose another directory")
     model = args.model
     if model is None:
-        import json
-
         from specq.pipeline.toy import ToyRequest, build_toy_pair
-        from specq.pipeline.toy.corpus import completion_prompts, load_corpus
+        from specq.pipeline.toy.corpus import load_corpus, write_completion_prompts
 
         model = build_toy_pair(ToyRequest(size="small", seed=0)).target
-        root.mkdir(parents=True)
-        records = completion_prompts(load_corpus())
-        (root / "heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        write_completion_prompts(root / "heldout.jsonl", load_corpus())
     shutil.copytree(model, root / "model")
     quantize_gptq(root / "model", root, "cpu")
     print(f"wrote {root / 'model'} and {root / 'gptq'}")

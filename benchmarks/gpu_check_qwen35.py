@@ -118,9 +118,8 @@ def main() -> int:
         if step("probe-make", make, 30)["exit"] == 0:
             step("probe", [*probe, "run", str(out / "probe"), "--timeout", "150"], 170)
     if drafter.exists():  # the offline τ on the benches' prompts, to set beside the served τ (issue 18)
-        served = workload if args.prompts else [*workload, "--mode", "chat"]
-        cmd = specq(
-            "draft", "eval", str(target), str(drafter), *served, "--requests", "8", "--max-tokens", "128",
+        cmd = specq(  # --suite alone decodes chats, as bench does
+            "draft", "eval", str(target), str(drafter), *workload, "--requests", "8", "--max-tokens", "128",
             "--device", "cuda", "--json",
         )  # fmt: skip
         step("eval", cmd, 60)

@@ -101,13 +101,9 @@ def prompts(
     Example: specq toy prompts specq-out/heldout.jsonl && specq bench specq-out/toy/target --draft-model
     specq-out/toy/draft --prompts specq-out/heldout.jsonl --mode completion
     """
-    import json
-
-    from specq.pipeline.fsutil import atomic_write_text
-    from specq.pipeline.toy.corpus import completion_prompts, load_corpus
+    from specq.pipeline.toy.corpus import load_corpus, write_completion_prompts
 
     corpus = load_corpus()
-    records = completion_prompts(corpus, count, chars)
-    atomic_write_text(out_file, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    records = write_completion_prompts(out_file, corpus, count, chars)
     data = {"path": out_file, "prompts": len(records), "corpus": corpus.summary()}
     emit(data, as_json, lambda d: f"{d['path']}: {d['prompts']} held-out code prompts (completion mode)")

@@ -25,16 +25,18 @@ def _scored(texts: Sequence[str]) -> list[tuple[float, str]]:
     return sorted(((f, t) for t in texts if (f := distinct_fraction(t)) is not None), key=lambda x: x[0])
 
 
+def _median_loops(scored: list[tuple[float, str]], floor: float) -> bool:
+    return bool(scored) and scored[len(scored) // 2][0] < floor
+
+
 def looping(texts: Sequence[str], floor: float = FLOOR) -> str | None:
     """'the outputs loop (median …, e.g. …)' when the median output's distinct n-gram fraction is below
     `floor`; None otherwise, or when no output is long enough to judge. The median decides: one loop among
     real answers is the model's business."""
     scored = _scored(texts)
-    if not scored:
+    if not _median_loops(scored, floor):
         return None
     median, worst = scored[len(scored) // 2][0], scored[0][1]
-    if median >= floor:
-        return None
     return f"the outputs loop (median distinct {N}-gram fraction {median:.2f}, e.g. {worst[:24]!r})"
 
 
@@ -43,6 +45,6 @@ def partly_looping(texts: Sequence[str], floor: float = FLOOR) -> str | None:
     None otherwise. Those outputs are accepted almost perfectly, so they lift τ above what the rest gets."""
     scored = _scored(texts)
     loops = [t for f, t in scored if f < floor]
-    if not loops or looping(texts, floor) is not None:
+    if not loops or _median_loops(scored, floor):
         return None
     return f"{len(loops)}/{len(scored)} outputs loop (e.g. {loops[0][:24]!r})"

@@ -381,6 +381,12 @@ def lossless(baseline: Run, run: Run, counter: TokenCounter | None = None) -> Lo
 # ----------------------------------------------------------------------------------------------- repetition
 
 
+def judges_outputs(run: Run) -> bool:
+    """Whether a run's outputs are checked for loops: the baseline's, which every speculative run reproduces,
+    or a running server's (`--url`) only run."""
+    return run.baseline or run.engine == "external"
+
+
 def partial_repetition_note(records: Sequence[RequestRecord]) -> str | None:
     """A note (not a flag) when some outputs of a run loop but most do not: the loops' near-perfect
     acceptance lifts τ and the speedup above what the rest of the text gets."""

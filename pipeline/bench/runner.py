@@ -43,6 +43,7 @@ from .analysis import (
     client_decode_rate,
     consistency,
     headline,
+    judges_outputs,
     lossless,
     partial_repetition_note,
     predict_best_k,
@@ -351,7 +352,7 @@ class RunContext:
             )
         elif run.consistency and run.consistency.consistent is False:
             run.flags.append(f"inconsistent: {'; '.join(run.consistency.problems)}")
-        if (run.baseline or run.engine == "external") and (looping := repetition_flag(run.requests)):
+        if judges_outputs(run) and (looping := repetition_flag(run.requests)):
             run.flags.append(looping)
 
     def judge_errors(self, run: Run) -> None:
@@ -655,7 +656,7 @@ def finalize(report: BenchReport, request: BenchRequest, counter: TokenCounter |
         if report.best_k is None:
             report.best_k = predict_best_k(base, [r for r in runs if not r.baseline], k_limit(request))
     for r in report.runs:  # the baseline's outputs are every run's (a --url run: its own)
-        if (r.baseline or r.engine == "external") and (note := partial_repetition_note(r.requests)):
+        if judges_outputs(r) and (note := partial_repetition_note(r.requests)):
             if (line := f"{r.key}: {note}") not in report.notes:
                 report.notes.append(line)
     report.headline = headline(report)

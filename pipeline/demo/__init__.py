@@ -6,7 +6,6 @@ pipeline function its command calls; this module only chains them and keeps thei
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from pydantic import BaseModel, Field
 from ..config import SpecqConfig, resolve_config
 from ..config.models import QuantizeSection
 from ..errors import InputError, os_error
-from ..fsutil import atomic_write_text, check_writable
+from ..fsutil import check_writable
 from ..progress import Progress, null_progress
 
 STAGES = ("toy pair", "quantize", "convert", "serve + bench")
@@ -61,7 +60,7 @@ def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_
     from ..quantize import QuantizeRequest, quantize
     from ..report.formatters import render
     from ..toy import ToyRequest, build_toy_pair
-    from ..toy.corpus import completion_prompts, load_corpus, write_jsonl
+    from ..toy.corpus import load_corpus, write_completion_prompts, write_jsonl
 
     out = Path(out)
     if out.exists() and any(out.iterdir()):
@@ -110,7 +109,7 @@ def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_
     # The toy learnt raw code: on chat prompts its greedy answers loop, and any drafter predicts a loop.
     # Held-out code prefixes, sent as completions, are text it has to write (`specq toy prompts`).
     prompts = out / "prompts.jsonl"
-    atomic_write_text(prompts, "".join(json.dumps(r) + "\n" for r in completion_prompts(corpus, count=8)))
+    write_completion_prompts(prompts, corpus, count=8)
     cfg = demo_config(gptq_dir, pair.draft, out / "bench", quick, prompts)
     report = run_bench(BenchRequest.from_config(cfg), progress=progress, out_dir=out / "bench")
     bench_dir = out / "bench"

@@ -6,6 +6,7 @@ torch-free)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 from pydantic import ConfigDict, Field
 
@@ -66,8 +67,8 @@ class DraftEvalRequest(DraftSection):
         requests: int = 8,
     ) -> DraftEvalRequest:
         section = cfg.draft if isinstance(cfg, SpecqConfig) else cfg
-        if mode not in (None, "chat", "completion"):
-            raise UsageError(f"--mode {mode}: choose chat or completion")
+        if mode is not None and mode not in get_args(Mode):
+            raise UsageError(f"--mode {mode}: choose {' or '.join(get_args(Mode))}")
         extra = dict(target=str(target), draft=str(draft), prompts=str(prompts) if prompts else None,
                      suite=suite, mode=mode, max_tokens=max_tokens, requests=requests)  # fmt: skip
         return cls.model_validate({**section.model_dump(), **extra})

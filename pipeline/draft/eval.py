@@ -241,10 +241,11 @@ def _evaluate(
         data = prepare_eval(target, texts, cfg, ids, bs)
         prompts, workload = int(data[0].shape[0]), "held-out text"
     acc, anchors, lengths = acceptance(drafter, target, data, bs, int(c["dflash_config"]["mask_token_id"]))
-    note = repetition_note(target, data)
+    texts = continuations(target, data)
+    note = repetition_note(texts)
     if note is not None:
         progress(f"warning: the target's greedy continuations: {note}")
-    elif (some := partly_looping(continuations(target, data))) is not None:
+    elif (some := partly_looping(texts)) is not None:
         progress(f"note: the target's greedy continuations: {some}; those lift τ above the rest's")
     return summarize(
         acc,
@@ -261,10 +262,10 @@ def _evaluate(
     )
 
 
-def repetition_note(target: Any, data: Any) -> str | None:
-    """Set when the target's greedy continuations loop (`specq.pipeline.repetition`), where any drafter
-    scores almost perfectly."""
-    note = looping(continuations(target, data))
+def repetition_note(texts: list[str]) -> str | None:
+    """Set when the target's greedy continuations (`continuations`) loop (`specq.pipeline.repetition`),
+    where any drafter scores almost perfectly."""
+    note = looping(texts)
     return note and f"{note}; acceptance and τ on a loop overstate what real text gets"
 
 

@@ -253,7 +253,7 @@ def _evaluate_and_export(
     """Offline acceptance on held-out text, then the checkpoint, its report and config, written atomically."""
     import torch
 
-    from .eval import acceptance, prepare_eval, repetition_note, summarize
+    from .eval import acceptance, continuations, prepare_eval, repetition_note, summarize
 
     bs = cfg.block_size
     progress(f"offline acceptance on {cfg.eval_prompts} held-out prompts")
@@ -276,7 +276,7 @@ def _evaluate_and_export(
             seconds=time.perf_counter() - t_eval,
             lmdeploy_checked=checked,
             lengths=lengths,
-            repetitive=repetition_note(prep.target, data),
+            repetitive=repetition_note(continuations(prep.target, data)),
         )
         report = DraftTrainReport(
             target=str(target_path),

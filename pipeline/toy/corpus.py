@@ -142,6 +142,18 @@ def completion_prompts(corpus: Corpus, count: int = 16, chars: int = 600) -> lis
     return out
 
 
+def write_completion_prompts(
+    path: str | Path, corpus: Corpus, count: int = 16, chars: int = 600
+) -> list[dict[str, str]]:
+    """`completion_prompts` written atomically to `path`, one JSON record per line (a bench prompts file);
+    returns the records."""
+    from ..fsutil import atomic_write_text
+
+    records = completion_prompts(corpus, count, chars)
+    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    return records
+
+
 def write_jsonl(path: str | Path, texts: list[str], field: str = "text") -> Path:
     """Write one JSON object per text (`{"text": ...}`), e.g. a calibration file."""
     path = Path(path)
