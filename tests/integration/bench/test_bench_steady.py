@@ -212,16 +212,17 @@ def test_ttft_from_the_send_and_exact_per_token_itl_with_a_multi_token_first_chu
     def median(xs: list[float]) -> float:
         return sorted(xs)[len(xs) // 2]
 
-    # The clock's own offset is what the best request shows: the bug this guards against (the clock started
-    # before the connection was set up) put every request 1-2.5 ms late. The medians add this machine's
-    # scheduling jitter (single requests on a shared 2-core machine can be preempted; a clean CI run once
-    # read a 0.64 ms median delivery), so they get 1 ms. The server reads the request a little after the
-    # send (its thread for the new connection has to start). Against the schedule the server's own sleep
-    # adds its jitter: a fresh-clone CI run with another job on the machine read a best of 0.503 ms
-    # (2026-12-02), so that bound is 0.8 ms, still below the bug's 1 ms.
+    # The server stamps on the client's monotonic clock, so only `sent` sees where the clock starts: the bug
+    # this guards against (the clock started before the connection was set up, about 2 ms here) put every
+    # request 1-2.5 ms late there; the server reads the request a little after the send (its thread for the
+    # new connection has to start). `ttft_err` (the server's send stamp to the client's receipt) and
+    # `sched_err` (against the server's own schedule) are independent of the clock's origin: they guard
+    # against a client that stamps a chunk late (after parsing or buffering, a step of 4 ms or more) and a
+    # server off its schedule, so they get 2 ms. A shared 2-core CI machine has read a best delivery of
+    # 0.57 ms and a best schedule error of 0.50 ms (2026-12-02), so tighter bounds are flaky.
     assert median(sent) < 1.5e-3, sent
-    assert 0 <= min(ttft_err) < 0.5e-3 and median(ttft_err) < 1e-3, ttft_err
-    assert min(abs(e) for e in sched_err) < 0.8e-3 and abs(median(sched_err)) < 1e-3, sched_err
+    assert min(ttft_err) >= 0 and median(ttft_err) < 2e-3, ttft_err
+    assert abs(median(sched_err)) < 2e-3, sched_err
     assert median(itl_err) < 0.25e-3
 
 
