@@ -3,7 +3,7 @@ one directory.
 
     python benchmarks/gpu_check.py --out gpu-check --fa3-source DIR [--small-root ROOT] [--sizes small,medium]
         [--steps toy,fa3,doctor,awq,draft,bench,plan,tests] [--draft-tokens 3,5,7,11,15]
-        [--bench-targets small-awq] [--workload heldout|code] [--quick]
+        [--bench-targets small-awq] [--workload heldout|code] [--trials N] [--budget SECONDS] [--quick]
 
 Steps, in order (a failing step is recorded and the next one runs; `summary.json` lists each step's exit code,
 time and output; `sweeps.md` the tables):
@@ -28,6 +28,11 @@ time and output; `sweeps.md` the tables):
   was built — ROOT/heldout.jsonl for `--small-root` (`gptq_for_gpu_check.py` writes it), made here for toys
   built here. The toys learnt raw code, and on chat prompts their greedy answers loop (seventh H200 session,
   docs/verification.md); `--workload code` benches the code suite's chats as before 2026-12-02.
+- eval: `specq draft eval TARGET DRAFTER` on the bench's workload (same prompts, mode, requests and tokens)
+  for every target benched: the offline τ along the served path (`walk_tau`), next to the served τ in
+  `sweeps.md` (issue 18: the offline figure should predict the served one within 10 %). The eval step,
+  `--trials` and `--budget` were added on 2026-12-02 and have not run on a GPU yet (the pairing is tested on
+  the seventh H200 session's outputs, `tests/unit/benchmarks/test_gpu_check.py`).
 - plan: `specq plan … --engine lmdeploy --cache-max-entry-count R` (R: the ratio the bench's servers ran with,
   specq serve's 0.8 unless SPECQ_ENGINE__CACHE_MAX_ENTRY_COUNT says otherwise) against the NVML peak each
   bench baseline recorded.
@@ -46,7 +51,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-STEPS = ("toy", "fa3", "doctor", "awq", "quant", "draft", "bench", "plan", "tests")
+STEPS = ("toy", "fa3", "doctor", "awq", "quant", "draft", "bench", "eval", "plan", "tests")
 
 
 def specq(*args: str) -> list[str]:
@@ -123,6 +128,29 @@ def sweep_table(report: dict[str, Any]) -> list[str]:
     return rows
 
 
+def offline_vs_served(offline: dict[str, Any], report: dict[str, Any]) -> list[dict[str, Any]]:
+    """`specq draft eval`'s τ along the served path (`walk_tau`, index k − 1) against the τ each bench run
+    served at that k, on the same prompts."""
+    walk = offline.get("walk_tau") or []
+    rows = []
+    for r in report["runs"]:
+        k, served = r["draft_tokens"], ((r.get("acceptance") or {}).get("acceptance_length"))
+        if r.get("status") == "ok" and k and served and k <= len(walk):
+            rows.append({"k": k, "offline_tau": walk[k - 1], "served_tau": served,
+                         "rel_diff": round(walk[k - 1] / served - 1, 4)})  # fmt: skip
+    return rows
+
+
+def tau_table(rows: list[dict[str, Any]]) -> list[str]:
+    out = [
+        "| k | offline τ (`draft eval`, served path) | served τ | offline vs served |",
+        "|---|---|---|---|",
+    ]
+    return out + [
+        f"| {r['k']} | {r['offline_tau']:.2f} | {r['served_tau']:.2f} | {r['rel_diff']:+.1%} |" for r in rows
+    ]
+
+
 def plan_vs_measured(plan: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
     """The plan's device peak against the NVML peak the baseline run sampled (whole device, all processes)."""
     base = next((r for r in report["runs"] if r["draft_tokens"] == 0 and r.get("status") == "ok"), None)
@@ -145,6 +173,10 @@ def main() -> int:
     ap.add_argument("--draft-tokens", default="3,5,7,11,15")
     ap.add_argument("--bench-targets", help="bench only these targets (e.g. small-awq); default: all")
     ap.add_argument("--workload", choices=("heldout", "code"), default="heldout", help="what bench sends")
+    ap.add_argument("--trials", type=int, help="bench's --trials (default: bench's)")
+    ap.add_argument(
+        "--budget", type=float, help="seconds for the whole script: a step gets what is left, none once spent"
+    )
     ap.add_argument("--quick", action="store_true", help="fewer requests and draft steps")
     ap.add_argument("--summary", default="summary.json", help="file under --out that step results append to")
     args = ap.parse_args()
@@ -155,10 +187,22 @@ def main() -> int:
     summary = out / args.summary  # appended to: several invocations may share one --out
     results: list[dict] = json.loads(summary.read_text()) if summary.exists() else []
 
+    deadline = time.monotonic() + args.budget if args.budget else None
+
     def record(res: dict) -> dict:
         results.append(res)
         summary.write_text(json.dumps(results, indent=1))
         return res
+
+    def step(name: str, cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> dict:
+        """run_step within the budget: a step gets at most the time left, and none once it is spent."""
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left < 30:
+                print(f"== {name}: skipped, the budget is spent", flush=True)
+                return record({"step": name, "cmd": cmd, "exit": None, "seconds": 0, "skipped": "budget"})
+            timeout = min(timeout, left)
+        return record(run_step(name, cmd, out, timeout, env))
 
     targets: dict[str, Path] = {}
     for size in sizes:
@@ -180,7 +224,7 @@ def main() -> int:
         built_elsewhere = args.small_root is not None and name.startswith("small")
         prompts = args.small_root / "heldout.jsonl" if built_elsewhere else out / "heldout-here.jsonl"
         if not built_elsewhere and not prompts.exists():
-            record(run_step("prompts", specq("toy", "prompts", str(prompts), "--json"), out, 120))
+            step("prompts", specq("toy", "prompts", str(prompts), "--json"), 120)
         if not prompts.exists():
             print(f"== {name}: no {prompts}: benching the code suite (chat prompts the toys loop on)")
             return ["--suite", "code"]
@@ -190,25 +234,21 @@ def main() -> int:
         for size in sizes:
             if not targets[size].exists():
                 cmd = specq("toy", "build", str(targets[size].parent), "--size", size, "--json")
-                record(run_step(f"toy-{size}", cmd, out, 900))
+                step(f"toy-{size}", cmd, 900)
     if "fa3" in steps and args.fa3_source:
         models = [str(p) for name, p in targets.items() if not name.endswith("-awq") and p.exists()]
         # the AWQ target runs in fp16: name the GPTQ source so the build covers fp16 too
         if args.small_root and (args.small_root / "gptq").exists():
             models.append(str(args.small_root / "gptq"))
-        record(
-            run_step(
-                "fa3", specq("fa3", "build", "--source", str(args.fa3_source), *models, "--json"), out, 900
-            )
-        )
+        step("fa3", specq("fa3", "build", "--source", str(args.fa3_source), *models, "--json"), 900)
     if "doctor" in steps:  # after the FA3 build, so its entry shows what was installed
-        record(run_step("doctor", specq("doctor", "--json"), out, 120))
+        step("doctor", specq("doctor", "--json"), 120)
     if "awq" in steps and args.small_root:
         cmd = specq(
             "convert", str(args.small_root / "gptq"), "--to", "awq", "--out", str(targets["small-awq"])
         )
         if not targets["small-awq"].exists():
-            record(run_step("awq", cmd, out, 300))
+            step("awq", cmd, 300)
     calib = args.calib or (args.small_root / "calib.jsonl" if args.small_root else None)
     if "quant" in steps and "medium-awq" in targets and calib and not targets["medium-awq"].exists():
         cmd = specq(
@@ -216,7 +256,7 @@ def main() -> int:
             "--device", "cuda", "--calib", str(calib), "--out", str(targets["medium-awq"]), "--json",
             "--no-eval",  # the quality check loads AWQ through gptqmodel, which the GPU machine lacks
         )  # fmt: skip
-        record(run_step("quant-medium", cmd, out, 600))
+        step("quant-medium", cmd, 600)
     if "draft" in steps:
         for size in sizes:
             if drafters[size].exists():
@@ -224,13 +264,15 @@ def main() -> int:
             env = dict(os.environ)
             draft_steps = "600" if args.quick else "1500"
             if size != "small":  # a larger target needs far more than the default 128 sequences
-                env.update(SPECQ_DRAFT__SAMPLES="2048", SPECQ_DRAFT__BATCH_SIZE="16")
+                env.setdefault("SPECQ_DRAFT__SAMPLES", "2048")  # the caller's environment wins
+                env.setdefault("SPECQ_DRAFT__BATCH_SIZE", "16")
                 draft_steps = "1500" if args.quick else "5000"
+            draft_steps = os.environ.get("SPECQ_DRAFT__STEPS", draft_steps)
             cmd = specq(
                 "draft", "train", str(targets[size]), "--out", str(drafters[size]), "--device", "cuda",
                 "--block-size", "16", "--steps", draft_steps, "--json",
             )  # fmt: skip
-            record(run_step(f"draft-{size}", cmd, out, 900, env))
+            step(f"draft-{size}", cmd, 900, env)
     tables: list[str] = []
     if "bench" in steps:
         chosen = args.bench_targets.split(",") if args.bench_targets else list(targets)
@@ -240,14 +282,23 @@ def main() -> int:
                 "bench", str(target), "--draft-model", str(drafters[name]), "--engine", "lmdeploy",
                 "--backend", "pytorch", "--method", "dflash", "--draft-tokens", args.draft_tokens,
                 *workload(name), "--requests", requests, "--max-tokens", tokens, "--out", str(bench_out),
-                "--json",
+                *(["--trials", str(args.trials)] if args.trials else []), "--json",
             )  # fmt: skip
-            res = record(run_step(f"bench-{name}", cmd, out, 1800))
+            res = step(f"bench-{name}", cmd, 1800)
             try:
                 report = json.loads((out / f"bench-{name}.out").read_text())
-            except ValueError:
+            except (OSError, ValueError):
                 continue
             tables += [f"### {name}", "", *sweep_table(report), ""]
+            if "eval" in steps and not name.endswith("-awq"):  # transformers cannot run AWQ here
+                eval_cmd = specq(
+                    "draft", "eval", str(target), str(drafters[name]), *workload(name), "--requests",
+                    requests, "--max-tokens", tokens, "--device", "cuda", "--json",
+                )  # fmt: skip
+                if step(f"eval-{name}", eval_cmd, 600)["exit"] == 0:
+                    offline = json.loads((out / f"eval-{name}.out").read_text())
+                    res["offline_vs_served"] = cmp = offline_vs_served(offline, report)
+                    tables += [*tau_table(cmp), ""]
             if "plan" in steps:
                 # the plan evaluates the ratio the servers ran with (specq serve's engine default), not
                 # the one it would recommend: compared with the recommendation, a 0.8 server read 18 % low
@@ -256,7 +307,7 @@ def main() -> int:
                     "plan", str(target), "--draft-model", str(drafters[name]), "--engine", "lmdeploy",
                     "--cache-max-entry-count", ratio, "--json",
                 )  # fmt: skip
-                pres = record(run_step(f"plan-{name}", plan_cmd, out, 120))
+                pres = step(f"plan-{name}", plan_cmd, 120)
                 if pres["exit"] == 0:
                     plan = json.loads((out / f"plan-{name}.out").read_text())
                     res["plan_vs_nvml"] = cmp = plan_vs_measured(plan, report)
@@ -271,7 +322,7 @@ def main() -> int:
             sys.executable, "-m", "pytest", "-m", "gpu", "tests/gpu/test_spec_lmdeploy.py", "-v", "-s",
             "-p", "no:cacheprovider", f"--junitxml={out / 'gpu-tests.xml'}",
         ]  # fmt: skip
-        record(run_step("tests", cmd, out, 900, env))
+        step("tests", cmd, 900, env)
     summary.write_text(json.dumps(results, indent=1))
     return 0 if all(r["exit"] == 0 for r in results) else 1
 

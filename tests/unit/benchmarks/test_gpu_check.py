@@ -1,0 +1,38 @@
+"""benchmarks/gpu_check.py's tables on the seventh H200 session's real outputs: the bench report of the
+Qwen3.5 toy's DFlash sweep on its held-out prefixes, and `specq draft eval` on the same prompts there."""
+
+import gzip
+import json
+from pathlib import Path
+
+from benchmarks.gpu_check import offline_vs_served, tau_table
+
+FIXTURES = Path(__file__).parents[2] / "fixtures"
+
+
+def load() -> tuple[dict, dict]:
+    with gzip.open(FIXTURES / "bench-reports" / "h200-qwen35-dflash-heldout-1.2.json.gz", "rt") as f:
+        report = json.load(f)
+    offline = json.loads((FIXTURES / "draft-eval" / "h200-qwen35-dflash-heldout-eval.json").read_text())
+    return report, offline
+
+
+def test_offline_tau_is_paired_with_the_served_tau_at_the_same_k():
+    report, offline = load()
+    rows = offline_vs_served(offline, report)
+    assert [r["k"] for r in rows] == [3, 4, 5, 6]  # the baseline has no τ; walk_tau starts at k = 1
+    for r in rows:
+        assert r["offline_tau"] == offline["walk_tau"][r["k"] - 1]
+        run = next(x for x in report["runs"] if x["draft_tokens"] == r["k"])
+        assert r["served_tau"] == run["acceptance"]["acceptance_length"]
+    # what docs/verification.md records for that run: offline 3-6 % above the served τ
+    assert all(0.03 <= r["rel_diff"] <= 0.07 for r in rows), rows
+    table = tau_table(rows)
+    assert len(table) == 2 + 4 and table[2].startswith("| 3 | 2.77 | 2.61 | +6.")
+
+
+def test_runs_beyond_the_drafters_block_or_not_ok_are_left_out():
+    report, offline = load()
+    offline = dict(offline, walk_tau=offline["walk_tau"][:4])  # a drafter that offers k <= 4 only
+    report["runs"][1]["status"] = "failed"  # k = 3
+    assert [r["k"] for r in offline_vs_served(offline, report)] == [4]
