@@ -13,7 +13,8 @@ from typing import Any
 from ..checkpoint import Checkpoint, validate_checkpoint
 from ..errors import InputError
 from ..progress import Progress, null_progress
-from ..repetition import looping, partly_looping
+from ..repetition import FLOOR as LOOP_FLOOR
+from ..repetition import distinct_fraction, looping, partly_looping
 from ..speedup import StepCost, best_k, expected_tokens_per_step, predict_speedup
 from . import contract
 from .reports import DraftEvalReport, SpeedupPrediction
@@ -112,6 +113,18 @@ def walk_tau(lengths: list[list[int]], k: int) -> float:
     return tokens / steps if steps else 1.0
 
 
+def without_loops(lengths: list[list[int]], texts: list[str]) -> tuple[list[list[int]], int]:
+    """The accepted lengths of the sequences whose continuation (`texts`, same order) is not a loop, and how
+    many were: a drafter predicts a loop almost perfectly, so τ over the rest is what text gets. A
+    continuation too short to judge counts as text."""
+    kept = [
+        seq
+        for seq, text in zip(lengths, texts, strict=True)
+        if (f := distinct_fraction(text)) is None or f >= LOOP_FLOOR
+    ]
+    return kept, len(lengths) - len(kept)
+
+
 def summarize(
     acc: list[float],
     *,
@@ -126,6 +139,7 @@ def summarize(
     lengths: list[list[int]] | None = None,
     workload: str = "held-out text",
     repetitive: str | None = None,
+    texts: list[str] | None = None,
 ) -> DraftEvalReport:
     cost = cost or StepCost()
     ks = list(range(1, block_size))
@@ -138,6 +152,7 @@ def summarize(
         for k in ks
     ]
     k, speed = best_k(acc, ks, cost)
+    text_lengths, loops = without_loops(lengths, texts) if lengths is not None and texts else (None, 0)
     return DraftEvalReport(
         target=target,
         draft=draft,
@@ -155,6 +170,8 @@ def summarize(
         workload=workload,
         walk_tau=[round(walk_tau(lengths, k), 4) for k in ks] if lengths is not None else [],
         repetitive=repetitive,
+        looping_outputs=loops,
+        walk_tau_text=[round(walk_tau(text_lengths, k), 4) for k in ks] if text_lengths else [],
     )
 
 
@@ -259,6 +276,7 @@ def _evaluate(
         lengths=lengths,
         workload=workload,
         repetitive=note,
+        texts=texts,
     )
 
 

@@ -48,6 +48,12 @@ class DraftEvalReport(BaseModel):
         description="set when the target's greedy continuations loop: a drafter predicts a loop almost "
         "perfectly, so acceptance and τ here overstate what real text gets",
     )
+    looping_outputs: int = Field(0, description="greedy continuations that loop (pipeline/repetition.py)")
+    walk_tau_text: list[float] = Field(
+        default_factory=list,
+        description="walk_tau over the continuations that do not loop: what text gets (equal to walk_tau "
+        "when none loops; empty when all do)",
+    )
 
 
 class DraftTrainReport(BaseModel):

@@ -260,6 +260,7 @@ def _evaluate_and_export(
     t_eval = time.perf_counter()
     data = prepare_eval(prep.target, prep.texts.heldout, cfg, prep.layer_ids, bs)
     acc, n_anchors, lengths = acceptance(prep.drafter, prep.target, data, bs, prep.mask_id)
+    texts = continuations(prep.target, data)
     state = {k: v for k, v in prep.drafter.state_dict().items()}
     target_path = prep.target_ckpt.path
     n, t = prep.tokens.shape
@@ -276,7 +277,8 @@ def _evaluate_and_export(
             seconds=time.perf_counter() - t_eval,
             lmdeploy_checked=checked,
             lengths=lengths,
-            repetitive=repetition_note(continuations(prep.target, data)),
+            repetitive=repetition_note(texts),
+            texts=texts,
         )
         report = DraftTrainReport(
             target=str(target_path),

@@ -167,6 +167,11 @@ def draft_eval_text(report: DraftEvalReport) -> str:
     ]
     if report.walk_tau:
         lines.append(f"τ along the served path, k={k}: {report.walk_tau[-1]:.2f}")
+    if report.looping_outputs and report.walk_tau_text:
+        lines.append(
+            f"τ along the served path without the {report.looping_outputs} looping output(s), k={k}: "
+            f"{report.walk_tau_text[-1]:.2f}"
+        )
     for p in report.predictions:
         lines.append(f"  k={p.k}: {p.tokens_per_step:.2f} tokens/step, predicted speedup ×{p.speedup:.2f}")
     lines.append(

@@ -98,6 +98,9 @@ def test_eval_on_a_bench_suite_walks_the_served_path(drafter, cli) -> None:
     assert len(report.eval.walk_tau) == 7 and report.eval.workload == "held-out text"
     # the small toy answers the code prompts with a loop ('#\n#\n…'): the report says so
     assert data["repetitive"] and data["repetitive"].startswith("the outputs loop"), data["repetitive"]
+    # and τ without the loops leaves out at least the median one (2 of 3)
+    assert data["looping_outputs"] >= 2
+    assert len(data["walk_tau_text"]) == (7 if data["looping_outputs"] < 3 else 0)
 
 
 def test_eval_in_completion_mode_decodes_the_prompt_text_as_it_is(drafter, cli, tmp_path) -> None:
@@ -113,6 +116,8 @@ def test_eval_in_completion_mode_decodes_the_prompt_text_as_it_is(drafter, cli, 
     assert data["prompts"] == 3 and data["workload"] == f"file:{prompts} (completion), 48 tokens"
     walk = data["walk_tau"]
     assert len(walk) == 7 and all(1.0 <= t <= k + 1 for k, t in enumerate(walk, start=1))
+    if data["looping_outputs"] == 0:  # nothing to leave out: the text figure is the whole one
+        assert data["walk_tau_text"] == walk
     code, stdout, _ = cli(*args, "--mode", "chat", "--max-tokens", "48", "--device", "cpu", "--json")
     assert code == 0 and json.loads(stdout)["walk_tau"] != walk  # the chat template changes what is decoded
     code, _, stderr = cli(*args, "--mode", "raw")

@@ -26,3 +26,19 @@ def test_walk_pools_sequences_and_grows_with_k() -> None:
     taus = [walk_tau(seqs, k) for k in range(1, 5)]
     assert taus == sorted(taus) and taus[0] > 1.0
     assert walk_tau([], 3) == 1.0
+
+
+def test_the_text_figure_leaves_out_the_sequences_whose_continuation_loops():
+    from specq.pipeline.draft.eval import without_loops
+
+    loop, code, short = (
+        "#\n" * 64,
+        "def area(r):\n    return 3.14159 * r * r\n\nclass Shape:\n    pass\n",
+        "x",
+    )
+    lengths = [[7, 7, 7, 7], [0, 1, 0, 2], [3, 0, 0, 0]]
+    kept, loops = without_loops(lengths, [loop, code, short])
+    assert loops == 1 and kept == [[0, 1, 0, 2], [3, 0, 0, 0]]  # too short to judge counts as text
+    assert walk_tau(kept, 7) < walk_tau(lengths, 7)
+    with pytest.raises(ValueError):  # one text per sequence
+        without_loops(lengths, [loop, code])

@@ -281,6 +281,9 @@ def test_a_real_schema_1_1_report_still_loads_shows_compares_and_gates(tmp_path)
     assert not gate.passed and "worst decode rate change -10.0%" in gate.reason
 
 
+CODE = "def area(r):\n    return 3.14159 * r * r\n"
+
+
 def test_draft_eval_text_says_when_the_continuations_loop():
     from specq.pipeline.draft.eval import summarize
     from specq.pipeline.report.text import draft_eval_text
@@ -290,6 +293,12 @@ def test_draft_eval_text_says_when_the_continuations_loop():
     assert clean.repetitive is None and "NOT RELIABLE" not in draft_eval_text(clean)
     looped = summarize([1.0, 1.0, 1.0], **kw, repetitive="the outputs loop (…)")
     assert "NOT RELIABLE: the outputs loop (…)" in draft_eval_text(looped)
+    # one of two continuations loops: the text figure walks the other alone
+    some = summarize([0.9, 0.8, 0.7], **kw, lengths=[[3, 3, 3, 3], [0, 1, 0, 0]], texts=["#\n" * 64, CODE])
+    # k = 3: the loop gives 4 tokens in 1 step, the text 1 + 2 + 1 tokens in 3 steps
+    assert some.looping_outputs == 1 and some.walk_tau[-1] == 2.0 and some.walk_tau_text[-1] == 1.3333
+    assert "τ along the served path without the 1 looping output(s), k=3: 1.33" in draft_eval_text(some)
+    assert "without the" not in draft_eval_text(clean)
 
 
 def test_a_tokenizer_recount_mismatch_says_which_count_the_rates_use():
