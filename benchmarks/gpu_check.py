@@ -131,23 +131,29 @@ def sweep_table(report: dict[str, Any]) -> list[str]:
 def offline_vs_served(offline: dict[str, Any], report: dict[str, Any]) -> list[dict[str, Any]]:
     """`specq draft eval`'s τ along the served path (`walk_tau`, index k − 1) against the τ each bench run
     served at that k, on the same prompts."""
-    walk = offline.get("walk_tau") or []
+    walk, text = offline.get("walk_tau") or [], offline.get("walk_tau_text") or []
     rows = []
     for r in report["runs"]:
         k, served = r["draft_tokens"], ((r.get("acceptance") or {}).get("acceptance_length"))
         if r.get("status") == "ok" and k and served and k <= len(walk):
             rows.append({"k": k, "offline_tau": walk[k - 1], "served_tau": served,
-                         "rel_diff": round(walk[k - 1] / served - 1, 4)})  # fmt: skip
+                         "rel_diff": round(walk[k - 1] / served - 1, 4),
+                         "offline_tau_text": text[k - 1] if k <= len(text) else None})  # fmt: skip
     return rows
 
 
 def tau_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The offline and served τ side by side, and the offline τ without the looping continuations (what
+    text alone gets; reports from before 2026-12-02 lack it)."""
     out = [
-        "| k | offline τ (`draft eval`, served path) | served τ | offline vs served |",
-        "|---|---|---|---|",
+        "| k | offline τ (`draft eval`, served path) | served τ | offline vs served | offline τ, text only |",
+        "|---|---|---|---|---|",
     ]
     return out + [
-        f"| {r['k']} | {r['offline_tau']:.2f} | {r['served_tau']:.2f} | {r['rel_diff']:+.1%} |" for r in rows
+        f"| {r['k']} | {r['offline_tau']:.2f} | {r['served_tau']:.2f} | {r['rel_diff']:+.1%} | "
+        + (f"{t:.2f}" if (t := r.get("offline_tau_text")) is not None else "–")
+        + " |"
+        for r in rows
     ]
 
 

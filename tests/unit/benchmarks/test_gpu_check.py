@@ -29,6 +29,15 @@ def test_offline_tau_is_paired_with_the_served_tau_at_the_same_k():
     assert all(0.03 <= r["rel_diff"] <= 0.07 for r in rows), rows
     table = tau_table(rows)
     assert len(table) == 2 + 4 and table[2].startswith("| 3 | 2.77 | 2.61 | +6.")
+    assert table[2].endswith("| – |")  # that eval predates walk_tau_text
+
+
+def test_the_text_only_offline_tau_is_paired_when_the_eval_has_it():
+    report, offline = load()
+    offline = dict(offline, walk_tau_text=[1.5, 2.0, 2.5, 2.75])  # k = 1..4 only
+    rows = offline_vs_served(offline, report)
+    assert [r["offline_tau_text"] for r in rows] == [2.5, 2.75, None, None]
+    assert tau_table(rows)[2].endswith("| 2.50 |")
 
 
 def test_runs_beyond_the_drafters_block_or_not_ok_are_left_out():
