@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+
+# A test run started in the background by a non-interactive shell (`make test &`, `nohup`) inherits SIGINT
+# ignored, and so would every specq process the tests start: the tests that press Ctrl-C on one then wait
+# in vain (a fresh-clone check started that way failed exactly those two, 2026-12-02). An ignored SIGINT is
+# what a user who starts specq that way asks for, so specq keeps it; the test run restores the default,
+# which its children then start with.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
