@@ -20,6 +20,13 @@ def distinct_fraction(text: str, n: int = N) -> float | None:
     return len(set(grams)) / len(grams)
 
 
+def is_loop(text: str, floor: float = FLOOR) -> bool:
+    """Whether one output loops: its distinct n-gram fraction is below `floor` (one too short to judge
+    does not)."""
+    f = distinct_fraction(text)
+    return f is not None and f < floor
+
+
 def _scored(texts: Sequence[str]) -> list[tuple[float, str]]:
     """(distinct fraction, text) of every output long enough to judge, most repetitive first."""
     return sorted(((f, t) for t in texts if (f := distinct_fraction(t)) is not None), key=lambda x: x[0])

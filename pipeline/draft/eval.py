@@ -13,8 +13,7 @@ from typing import Any
 from ..checkpoint import Checkpoint, validate_checkpoint
 from ..errors import InputError
 from ..progress import Progress, null_progress
-from ..repetition import FLOOR as LOOP_FLOOR
-from ..repetition import distinct_fraction, looping, partly_looping
+from ..repetition import is_loop, looping, partly_looping
 from ..speedup import StepCost, best_k, expected_tokens_per_step, predict_speedup
 from . import contract
 from .reports import DraftEvalReport, SpeedupPrediction
@@ -117,11 +116,7 @@ def without_loops(lengths: list[list[int]], texts: list[str]) -> tuple[list[list
     """The accepted lengths of the sequences whose continuation (`texts`, same order) is not a loop, and how
     many were: a drafter predicts a loop almost perfectly, so τ over the rest is what text gets. A
     continuation too short to judge counts as text."""
-    kept = [
-        seq
-        for seq, text in zip(lengths, texts, strict=True)
-        if (f := distinct_fraction(text)) is None or f >= LOOP_FLOOR
-    ]
+    kept = [seq for seq, text in zip(lengths, texts, strict=True) if not is_loop(text)]
     return kept, len(lengths) - len(kept)
 
 

@@ -40,3 +40,10 @@ def test_some_loops_among_real_text_are_counted_not_flagged():
     assert partly_looping([CODE, CODE]) is None
     assert partly_looping([LOOP, LOOP, CODE]) is None  # the median loops: `looping` says so instead
     assert partly_looping(["ab", LOOP[:10]]) is None  # too short to judge
+
+
+def test_one_output_is_judged_by_the_same_floor():
+    from specq.pipeline.repetition import is_loop
+
+    assert is_loop("#\n" * 64) and not is_loop("def area(r):\n    return 3.14159 * r * r\n")
+    assert not is_loop("#\n")  # too short to judge
