@@ -77,6 +77,29 @@ def run_step(name: str, cmd: list[str], out: Path, timeout: float, env: dict[str
     return {"step": name, "cmd": cmd, "exit": code, "seconds": seconds, "stderr_tail": tail}
 
 
+def budgeted_step(
+    name: str,
+    cmd: list[str],
+    out: Path,
+    timeout: float,
+    deadline: float | None,
+    reserve: float,
+    margin: float = 0.0,
+    env: dict[str, str] | None = None,
+) -> dict:
+    """run_step within a deadline (time.monotonic()): skipped (exit None) when fewer than `reserve` seconds
+    are left, else given at most the time left less `margin`."""
+    if deadline is not None:
+        left = deadline - time.monotonic()
+        if left < reserve:
+            res = {"step": name, "cmd": cmd, "exit": None, "seconds": 0,
+                   "skipped": f"{left:.0f} s left < {reserve:.0f} s"}  # fmt: skip
+            print(f"== {name}: skipped ({res['skipped']})", flush=True)
+            return res
+        timeout = min(timeout, left - margin)
+    return run_step(name, cmd, out, timeout, env)
+
+
 def serve_ratio() -> float:
     from specq.pipeline.config.models import EngineSection
 
@@ -201,14 +224,8 @@ def main() -> int:
         return res
 
     def step(name: str, cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> dict:
-        """run_step within the budget: a step gets at most the time left, and none once it is spent."""
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left < 30:
-                print(f"== {name}: skipped, the budget is spent", flush=True)
-                return record({"step": name, "cmd": cmd, "exit": None, "seconds": 0, "skipped": "budget"})
-            timeout = min(timeout, left)
-        return record(run_step(name, cmd, out, timeout, env))
+        """A step gets at most the time left of the budget, and none once less than 30 s is."""
+        return record(budgeted_step(name, cmd, out, timeout, deadline, 30, env=env))
 
     targets: dict[str, Path] = {}
     for size in sizes:
@@ -272,14 +289,14 @@ def main() -> int:
             # seeds; CPU, docs/draft.md); the caller's SPECQ_DRAFT__* environment wins
             env = dict(os.environ)
             env.setdefault("SPECQ_DRAFT__SAMPLES", "8192")
-            draft_steps = "600" if args.quick else "3000"
-            if size != "small":
+            if size == "small":
+                env.setdefault("SPECQ_DRAFT__STEPS", "600" if args.quick else "3000")
+            else:
                 env.setdefault("SPECQ_DRAFT__BATCH_SIZE", "16")
-                draft_steps = "1500" if args.quick else "5000"
-            draft_steps = os.environ.get("SPECQ_DRAFT__STEPS", draft_steps)
+                env.setdefault("SPECQ_DRAFT__STEPS", "1500" if args.quick else "5000")
             cmd = specq(
                 "draft", "train", str(targets[size]), "--out", str(drafters[size]), "--device", "cuda",
-                "--block-size", "16", "--steps", draft_steps, "--json",
+                "--block-size", "16", "--json",
             )  # fmt: skip
             step(f"draft-{size}", cmd, 900, env)
     tables: list[str] = []

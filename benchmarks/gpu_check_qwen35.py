@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_check import run_step, specq, sweep_table  # noqa: E402
+from gpu_check import budgeted_step, specq, sweep_table  # noqa: E402
 
 
 def main() -> int:
@@ -77,12 +77,7 @@ def main() -> int:
     tables: list[str] = []
 
     def step(name: str, cmd: list[str], reserve: float) -> dict | None:
-        left = deadline - time.monotonic()
-        if left < reserve:
-            res = {"step": name, "cmd": cmd, "exit": None, "skipped": f"{left:.0f} s left < {reserve:.0f} s"}
-            print(f"== {name}: skipped ({res['skipped']})", flush=True)
-        else:
-            res = run_step(name, cmd, out, left - 5)
+        res = budgeted_step(name, cmd, out, float("inf"), deadline, reserve, margin=5)
         results.append(res)
         (out / "summary.json").write_text(json.dumps(results, indent=1))
         return res

@@ -5,7 +5,7 @@ import gzip
 import json
 from pathlib import Path
 
-from benchmarks.gpu_check import offline_vs_served, tau_table
+from benchmarks.gpu_check import budgeted_step, offline_vs_served, tau_table
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 
@@ -45,3 +45,18 @@ def test_runs_beyond_the_drafters_block_or_not_ok_are_left_out():
     offline = dict(offline, walk_tau=offline["walk_tau"][:4])  # a drafter that offers k <= 4 only
     report["runs"][1]["status"] = "failed"  # k = 3
     assert [r["k"] for r in offline_vs_served(offline, report)] == [4]
+
+
+def test_a_step_runs_within_the_budget_and_is_skipped_once_it_is_spent(tmp_path):
+    import sys
+    import time
+
+    cmd = [sys.executable, "-c", "print('ran')"]
+    res = budgeted_step("ok", cmd, tmp_path, 60, time.monotonic() + 120, reserve=30)
+    assert res["exit"] == 0 and (tmp_path / "ok.out").read_text() == "ran\n"
+    res = budgeted_step("late", cmd, tmp_path, 60, time.monotonic() + 10, reserve=30)
+    assert res["exit"] is None and res["skipped"].endswith("s left < 30 s")
+    assert not (tmp_path / "late.out").exists()
+    slow = [sys.executable, "-c", "import time; time.sleep(30)"]  # the time left bounds the step
+    res = budgeted_step("slow", slow, tmp_path, 600, time.monotonic() + 3, reserve=1, margin=1)
+    assert res["exit"] == 124 and res["seconds"] < 10
