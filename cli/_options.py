@@ -49,6 +49,21 @@ EngineOpt = Annotated[
 BackendOpt = Annotated[
     str | None, typer.Option("--backend", help="LMDeploy backend: turbomind | pytorch | auto.")
 ]
+TpOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--tp",
+        min=1,
+        help="LMDeploy tensor parallelism: shard the model over N GPUs of this host (default 1).",
+    ),
+]
+ExecutorOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--distributed-executor-backend",
+        help="LMDeploy PyTorch engine's workers for --tp > 1: ray (LMDeploy's default) | mp.",
+    ),
+]
 MethodOpt = Annotated[
     Method | None,
     typer.Option("--method", help="Speculative method (default: detected from the drafter)."),

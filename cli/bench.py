@@ -14,9 +14,11 @@ from ._options import (
     DraftModelOpt,
     DraftTokensOpt,
     EngineOpt,
+    ExecutorOpt,
     JsonOpt,
     MethodOpt,
     OutOpt,
+    TpOpt,
 )
 
 Opt = typer.Option
@@ -27,6 +29,8 @@ def bench(
     draft_model: DraftModelOpt = None,
     engine: EngineOpt = None,
     backend: BackendOpt = None,
+    tp: TpOpt = None,
+    executor: ExecutorOpt = None,
     method: MethodOpt = None,
     draft_tokens: DraftTokensOpt = None,
     baseline_engine: Annotated[
@@ -99,7 +103,7 @@ def bench(
     cfg = resolve(
         config,
         model=dict(model_path=model, draft_model_path=draft_model),
-        engine=dict(engine=engine, backend=backend),
+        engine=dict(engine=engine, backend=backend, tp=tp, distributed_executor_backend=executor),
         speculative=dict(method=method),
         bench=dict(
             url=url, served_model_name=served_model, draft_tokens=draft_tokens, suite=suite, prompts=prompts,

@@ -16,7 +16,17 @@ from specq.pipeline.config import config_to_toml
 from specq.pipeline.serve import run
 
 from ._common import emit, progress, resolve
-from ._options import BackendOpt, ConfigOpt, DraftModelOpt, DraftTokensOpt, EngineOpt, JsonOpt, MethodOpt
+from ._options import (
+    BackendOpt,
+    ConfigOpt,
+    DraftModelOpt,
+    DraftTokensOpt,
+    EngineOpt,
+    ExecutorOpt,
+    JsonOpt,
+    MethodOpt,
+    TpOpt,
+)
 
 
 class DefaultStartGroup(TyperGroup):
@@ -70,6 +80,8 @@ def start(
         float | None, typer.Option("--cache-max-entry-count", help="LMDeploy KV-cache share of free memory.")
     ] = None,
     max_batch_size: Annotated[int | None, typer.Option("--max-batch-size")] = None,
+    tp: TpOpt = None,
+    executor: ExecutorOpt = None,
     enable_prefix_caching: Annotated[
         bool | None,
         typer.Option("--enable-prefix-caching/--no-prefix-caching", help="LMDeploy prefix cache."),
@@ -105,6 +117,7 @@ def start(
         engine={"engine": engine, "backend": backend, "host": host, "port": port, "device": device,
                 "dtype": dtype, "session_len": session_len, "cache_max_entry_count": cache_max_entry_count,
                 "max_batch_size": max_batch_size, "enable_prefix_caching": enable_prefix_caching,
+                "tp": tp, "distributed_executor_backend": executor,
                 "api_keys_env": api_keys_env, "api_keys_file": api_keys_file},
         speculative={"method": method},
     )  # fmt: skip

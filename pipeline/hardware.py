@@ -9,6 +9,7 @@ import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ class GpuInfo(BaseModel):
     name: str
     memory_total_bytes: int
     driver: str | None = None
+    uuid: str | None = None
     compute_capability: str | None = None
     memory_bus_width_bits: int | None = None
     max_memory_clock_mhz: int | None = None
@@ -54,6 +56,7 @@ def list_gpus() -> list[GpuInfo]:
     driver = _safe(lambda: _s(nv.nvmlSystemGetDriverVersion()))
     for i in range(nv.nvmlDeviceGetCount()):
         h = nv.nvmlDeviceGetHandleByIndex(i)
+        uuid = _safe(lambda h=h: _s(nv.nvmlDeviceGetUUID(h)))
         cc = _safe(lambda h=h: ".".join(map(str, nv.nvmlDeviceGetCudaComputeCapability(h))))
         bus = _safe(lambda h=h: int(nv.nvmlDeviceGetMemoryBusWidth(h)))
         clock = _safe(lambda h=h: int(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM)))
@@ -65,6 +68,7 @@ def list_gpus() -> list[GpuInfo]:
                 name=_s(nv.nvmlDeviceGetName(h)),
                 memory_total_bytes=int(nv.nvmlDeviceGetMemoryInfo(h).total),
                 driver=driver,
+                uuid=uuid,
                 compute_capability=cc,
                 memory_bus_width_bits=bus,
                 max_memory_clock_mhz=clock,
@@ -72,6 +76,29 @@ def list_gpus() -> list[GpuInfo]:
             )
         )
     return gpus
+
+
+def visible_gpus() -> list[GpuInfo]:
+    """The GPUs a CUDA process started here may use: NVML's list filtered and ordered by
+    CUDA_VISIBLE_DEVICES as CUDA reads it (indices or `GPU-` UUID prefixes, comma-separated; the list ends at
+    the first entry that names no GPU; empty: none). MIG instances (`MIG-` entries) are not counted."""
+    gpus = list_gpus()
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is None:
+        return gpus
+    visible: list[GpuInfo] = []
+    for entry in (e.strip() for e in env.split(",")):
+        if entry.lstrip("-").isdigit():
+            i = int(entry)
+            match = [gpus[i]] if 0 <= i < len(gpus) else []
+        elif entry.startswith("GPU-"):
+            match = [g for g in gpus if g.uuid and g.uuid.startswith(entry)]
+        else:
+            match = []
+        if len(match) != 1 or match[0] in visible:
+            break
+        visible.append(match[0])
+    return visible
 
 
 def _s(v: Any) -> str:

@@ -463,14 +463,16 @@ def check_inputs(request: BenchRequest, engine_factory: EngineFactory | None) ->
 
 
 def check_speculative_runs(request: BenchRequest, engine_factory: EngineFactory | None) -> None:
-    """Refuse a drafter the engine cannot speculate with before the baseline's server starts, not after."""
+    """Refuse a drafter the engine cannot speculate with, and a `--tp` a server cannot shard over, before
+    the baseline's server starts, not after."""
     if request.settings.url or not request.serve.model_path or engine_factory is not None:
         return
     from ..serve.spec import check_speculation
 
     for _label, serve in sweep_plan(request):
-        if serve.draft_tokens > 0:
+        if serve.draft_tokens > 0 or serve.options.tp > 1:
             check_speculation(serve)
+        if serve.draft_tokens > 0:
             return
 
 

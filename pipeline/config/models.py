@@ -51,7 +51,10 @@ class EngineSection(Section):
     max_prefill_token_num: int | None = Field(
         None, ge=64, description="LMDeploy --max-prefill-token-num; default: plan.max_prefill_token_num"
     )
-    tp: int = Field(1, ge=1)
+    tp: int = Field(1, ge=1, description="LMDeploy tensor parallelism: GPUs of this host to shard over")
+    distributed_executor_backend: Literal["mp", "ray"] | None = Field(
+        None, description="LMDeploy PyTorch engine's workers for tp > 1; default: LMDeploy's (ray on CUDA)"
+    )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
     eager_mode: bool = False

@@ -2,7 +2,8 @@
 built from the `ServeSpec`. Plain decoding on TurboMind (the default baseline; `--model-format
 awq|gptq` from the checkpoint's `quantization_config`) or the PyTorch engine; speculative decoding only on the
 PyTorch engine (`--speculative-algorithm`, `--speculative-draft-model`, `--speculative-num-draft-tokens`,
-`--speculative-dflash-block-size`). Preflight runs before the launch."""
+`--speculative-dflash-block-size`); `--tp N` over N GPUs of this host (engines/parallel.py). Preflight runs
+before the launch."""
 
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ class LMDeployEngine(ProcessEngine):
         argv += ["--max-batch-size", str(eng.max_batch_size)]
         if eng.tp != 1:
             argv += ["--tp", str(eng.tp)]
+            if backend == "pytorch" and eng.distributed_executor_backend:
+                argv += ["--distributed-executor-backend", eng.distributed_executor_backend]
         if eng.enable_prefix_caching:
             argv += ["--enable-prefix-caching"]
         if eng.eager_mode and backend == "pytorch":

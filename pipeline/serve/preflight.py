@@ -4,6 +4,7 @@ The probes are `specq.pipeline.hardware`'s (NVML, imports), so tests can simulat
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -50,11 +51,17 @@ def _cc(value: str | None) -> tuple[int, int] | None:
 
 
 def lmdeploy_problems(
-    backend: str, speculative: bool, models: Sequence[str | Path] = (), dtype: str = "auto"
+    backend: str,
+    speculative: bool,
+    models: Sequence[str | Path] = (),
+    dtype: str = "auto",
+    tp: int = 1,
+    executor: str | None = None,
 ) -> list[str]:
     """Every reason an LMDeploy launch with `backend` ("turbomind"/"pytorch") would fail on this machine.
     The order is the order a user fixes them in; the first is the one to show. `models` (target, drafter)
-    and the engine `dtype` let the FlashAttention-3 check compare what they need with what is installed."""
+    and the engine `dtype` let the FlashAttention-3 check compare what they need with what is installed;
+    `tp` and `executor` (engine.distributed_executor_backend) are the tensor-parallel launch's."""
     problems: list[str] = []
     version = hardware.lmdeploy_version()
     if version is None:
@@ -74,6 +81,10 @@ def lmdeploy_problems(
             "no NVIDIA GPU found (NVML sees none): LMDeploy needs a CUDA GPU; "
             "use --engine embedded on this machine"
         )
+        return problems
+    problem = tensor_parallel_problem(backend, tp, executor)
+    if problem:
+        problems.append(problem)
         return problems
     need = MIN_COMPUTE_CAPABILITY.get(backend, (7, 0))
     for gpu in gpus[:1]:
@@ -99,6 +110,36 @@ def lmdeploy_problems(
         if problem:
             problems.append(problem)
     return problems
+
+
+def tensor_parallel_problem(backend: str, tp: int, executor: str | None) -> str | None:
+    """Why `--tp tp` cannot start here: fewer GPUs visible to CUDA than it shards over (NVML's list as
+    CUDA_VISIBLE_DEVICES filters it), or, on the PyTorch engine, the ray workers LMDeploy 0.18 starts by
+    default for tp > 1 on CUDA (`pytorch/engine/executor/__init__.py`; `ray_executor.py` imports ray) when
+    ray is not installed."""
+    if tp <= 1:
+        return None
+    visible = hardware.visible_gpus()
+    if tp > len(visible):
+        env = os.environ.get("CUDA_VISIBLE_DEVICES")
+        shown = f" (CUDA_VISIBLE_DEVICES={env})" if env is not None else ""
+        return (
+            f"--tp {tp} shards the model over {tp} GPUs but {len(visible)} "
+            f"{'is' if len(visible) == 1 else 'are'} visible{shown}; use --tp {_fewer(len(visible))} "
+            "or a machine with more GPUs"
+        )
+    chosen = executor or os.environ.get("LMDEPLOY_EXECUTOR_BACKEND") or "ray"
+    if backend == "pytorch" and chosen == "ray" and not hardware.module_present("ray"):
+        return (
+            f"--tp {tp}: LMDeploy's PyTorch engine starts its GPU workers with ray, which is not installed: "
+            "pip install ray, or pass --distributed-executor-backend mp"
+        )
+    return None
+
+
+def _fewer(gpus: int) -> int:
+    """The largest power of two not above `gpus` (at least 1): a --tp that fits the GPUs in hand."""
+    return 1 << (max(gpus, 1).bit_length() - 1)
 
 
 def missing_linear_attention_packages() -> list[str]:
@@ -221,8 +262,11 @@ def vram_problem(request: ServeRequest) -> str | None:
 def require_lmdeploy(backend: str, speculative: bool, request: ServeRequest | None = None) -> None:
     """Raise the first preflight problem as EnvironmentMissing (exit 4)."""
     models = request.served_models() if request is not None else []
-    dtype = request.options.dtype if request is not None else "auto"
-    problems = lmdeploy_problems(backend, speculative, models, dtype)
+    o = request.options if request is not None else None
+    problems = lmdeploy_problems(
+        backend, speculative, models, o.dtype if o else "auto", o.tp if o else 1,
+        o.distributed_executor_backend if o else None,
+    )  # fmt: skip
     if not problems and request is not None:
         vram = vram_problem(request)
         if vram:

@@ -101,7 +101,10 @@ def dry_run(cfg: SpecqConfig, run_dir: Path | None = None, progress: Progress = 
 
         spec = engine.spec
         backend, models = spec.backend or "turbomind", spec.request.served_models()
-        for problem in lmdeploy_problems(backend, spec.speculative, models, spec.options.dtype):
+        o = spec.options
+        for problem in lmdeploy_problems(
+            backend, spec.speculative, models, o.dtype, o.tp, o.distributed_executor_backend
+        ):
             progress(f"preflight (a launch here would stop): {problem}")
     return info_of(engine, cfg)
 

@@ -3,7 +3,8 @@ the serve stage reads from the config (which checkpoints, how many draft tokens,
 launch settings); `resolve_spec(request)` turns it into the `ServeSpec` the engines take as their only input:
 which server and backend, which target and drafter, which speculative method with how many draft tokens, on
 which host and port, under which name. All checks that need no GPU happen here, so `--dry-run` catches the
-same mistakes as a launch: compatibility (exit 2), the PyTorch engine's refusal of GPTQ targets (exit 2, with
+same mistakes as a launch: compatibility (exit 2), `--tp N` against the heads of target and drafter (exit 2;
+the GPU count is the preflight's, exit 4), the PyTorch engine's refusal of GPTQ targets (exit 2, with
 the repack command), and an fp16 copy of a bf16 drafter for an AWQ target (announced here, written at
 launch). `specq bench` sweeps with copies of one request that differ in `draft_tokens` only."""
 
@@ -18,6 +19,7 @@ from .. import hardware
 from ..checkpoint import Checkpoint, validate_checkpoint
 from ..config.models import EngineSection, ModelSection, PlanSection, SpecqConfig, SpeculativeSection
 from ..engines import ServerName
+from ..engines.parallel import tp_problems
 from ..engines.speculation import KIND_TO_METHOD, MTP_METHODS, check_draft
 from ..errors import UsageError
 from ..progress import Progress, null_progress
@@ -37,6 +39,7 @@ class ServerOptions:
     max_prefill_token_num: int = 8192
     max_batch_size: int = 1
     tp: int = 1
+    distributed_executor_backend: str | None = None
     enable_prefix_caching: bool = False
     eager_mode: bool = False
     max_queue: int = 64
@@ -73,7 +76,9 @@ class ServeRequest:
             dtype=e.dtype, device=e.device, session_len=e.session_len,
             cache_max_entry_count=e.cache_max_entry_count,
             max_prefill_token_num=e.max_prefill_token_num or cfg.plan.max_prefill_token_num,
-            max_batch_size=e.max_batch_size, tp=e.tp, enable_prefix_caching=e.enable_prefix_caching,
+            max_batch_size=e.max_batch_size, tp=e.tp,
+            distributed_executor_backend=e.distributed_executor_backend,
+            enable_prefix_caching=e.enable_prefix_caching,
             eager_mode=e.eager_mode, max_queue=e.max_queue, ready_timeout_s=e.ready_timeout_s,
             max_new_tokens=cfg.generation.max_new_tokens, trust_remote_code=m.trust_remote_code,
             dflash_block_size=cfg.speculative.dflash_block_size, api_keys_env=e.api_keys_env,
@@ -155,8 +160,8 @@ def choose_server(request: ServeRequest, method: str | None, progress: Progress)
         return "embedded"
     if method == "draft":
         return "embedded"  # LMDeploy cannot speculate with a plain draft model
-    if lmdeploy_available():
-        return "lmdeploy"
+    if lmdeploy_available() or request.options.tp > 1:
+        return "lmdeploy"  # tensor parallelism is LMDeploy's alone (its preflight counts the GPUs)
     progress("no NVIDIA GPU with lmdeploy here: using the embedded engine (transformers) instead of LMDeploy")
     return "embedded"
 
@@ -228,6 +233,7 @@ def check_speculation(
     problems = check_draft(target, draft, method, draft_tokens, server)
     if method is None and draft_tokens > 0 and not problems:
         problems = ["draft tokens > 0 but no draft model and no method"]
+    problems += tp_problems(target, draft, method, request.options.tp, server)
     if problems:
         raise UsageError("; ".join(problems))
     return target, draft, method, server

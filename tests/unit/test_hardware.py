@@ -40,3 +40,35 @@ def test_requirement_of_is_none_without_a_pin(fakedeploy: str) -> None:
     assert hardware.requirement_of(fakedeploy, "torch") is None  # required, but at any version
     assert hardware.requirement_of(fakedeploy, "numpy") is None  # not required
     assert hardware.requirement_of("no-such-dist-anywhere", "tilelang") is None  # no metadata
+
+
+GPUS = [
+    hardware.GpuInfo(index=i, name="NVIDIA H200", memory_total_bytes=141 * 2**30, uuid=f"GPU-{c}{c}{c}-1234")
+    for i, c in enumerate("abc")
+]
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        (None, [0, 1, 2]),  # unset: every GPU NVML sees
+        ("", []),  # set and empty: none
+        ("2,0", [2, 0]),  # CUDA's order is the variable's
+        ("1, 2", [1, 2]),
+        ("0,7,1", [0]),  # the list ends at the first entry that names no GPU
+        ("0,0", [0]),  # a repeated GPU ends it too
+        ("GPU-bbb", [1]),  # a UUID prefix
+        ("GPU-", []),  # ambiguous prefix: no GPU
+        ("MIG-0123", []),  # MIG instances are not counted
+        ("-1", []),
+    ],
+)
+def test_visible_gpus_follow_cuda_visible_devices(
+    monkeypatch: pytest.MonkeyPatch, env: str | None, expected: list[int]
+) -> None:
+    monkeypatch.setattr(hardware, "list_gpus", lambda: list(GPUS))
+    if env is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", env)
+    assert [g.index for g in hardware.visible_gpus()] == expected

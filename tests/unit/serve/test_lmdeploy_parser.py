@@ -39,6 +39,16 @@ CASES = {
         {"backend": "pytorch", "speculative_algorithm": "eagle3", "speculative_num_draft_tokens": 3,
          "server_name": "0.0.0.0", "server_port": 23333, "cache_max_entry_count": 0.5},
     ),
+    "pytorch-tp2-dflash": (
+        ["target", "--draft-model", "dflash", "-k", "4", "--engine", "lmdeploy", "--tp", "2",
+         "--distributed-executor-backend", "mp"],
+        {"backend": "pytorch", "tp": 2, "distributed_executor_backend": "mp",
+         "speculative_algorithm": "dflash"},
+    ),
+    "turbomind-tp2": (
+        ["awq", "--engine", "lmdeploy", "--tp", "2"],
+        {"backend": "turbomind", "tp": 2, "model_format": "awq", "distributed_executor_backend": None},
+    ),
 }  # fmt: skip
 
 
