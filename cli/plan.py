@@ -12,7 +12,7 @@ from specq.pipeline.plan import PlanRequest, run_plan
 from specq.pipeline.report.text import plan_diagnostics, plan_text
 
 from ._common import emit, out, resolve
-from ._options import ConfigOpt, DraftModelOpt, DraftTokensOpt, EngineOpt, JsonOpt
+from ._options import ConfigOpt, DraftModelOpt, DraftTokensOpt, EngineOpt, JsonOpt, TpOpt
 
 
 def plan(
@@ -27,6 +27,7 @@ def plan(
     ] = None,
     draft_tokens: DraftTokensOpt = None,
     engine: EngineOpt = None,
+    tp: TpOpt = None,
     kv_dtype: Annotated[
         str | None, typer.Option("--kv-dtype", help="KV dtype: auto, float16, bfloat16, int8 or int4.")
     ] = None,
@@ -53,6 +54,7 @@ def plan(
     cfg = resolve(
         config,
         model={"model_path": model, "draft_model_path": draft_model, "draft_tokens": draft_tokens},
+        engine={"tp": tp},
         plan={"gpu_memory": gpu_memory, "batch": batch, "session_len": session_len, "engine": engine,
               "kv_dtype": kv_dtype, "cache_max_entry_count": cache_max_entry_count},
     )  # fmt: skip

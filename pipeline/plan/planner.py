@@ -14,6 +14,7 @@ Two memory models:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,10 +25,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..checkpoint import DTYPE_BYTES, Checkpoint, validate_checkpoint
 from ..config.models import EngineSection, Method, PlanSection, SpecqConfig
 from ..engines import ServerName
+from ..engines.parallel import draft_is_sharded, kv_heads_per_gpu, tp_problems
 from ..engines.pytorch import auto_dtype
 from ..engines.qwen35 import serve_dtype
-from ..engines.speculation import target_has_mtp
-from ..errors import ConfigError, EnvironmentMissing, InputError
+from ..engines.speculation import KIND_TO_METHOD, target_has_mtp
+from ..errors import ConfigError, EnvironmentMissing, InputError, UsageError
 from .shapes import ModelShape, estimate_weights, shape_from_config
 
 SCHEMA_VERSION = 1
@@ -101,11 +103,31 @@ class PlanRow(BaseModel):
     note: str = ""
 
 
+class GpuPlan(BaseModel):
+    """One GPU's share of a tensor-parallel plan (`--tp N`: N of these; one for a single GPU)."""
+
+    index: int = Field(description="tensor-parallel rank = position among the visible GPUs")
+    gpu_memory_bytes: int
+    gpu_memory_source: str
+    cuda_context_bytes: int
+    weights_bytes: int = Field(description="target + drafter weights held by this GPU")
+    state_cache_bytes: int
+    runtime_reserve_bytes: int
+    kv_cache_bytes: int
+    kv_bytes_per_token: int = Field(description="target + drafter KV this GPU holds per cached token")
+    activation_bytes: int
+    cuda_graph_bytes: int
+    safety_bytes: int
+    peak_bytes: int
+    fits: bool
+
+
 class MemoryPlan(BaseModel):
     """What `specq plan` reports; `fits` is the verdict, `advice` what would fit when it does not."""
 
     schema_version: int = SCHEMA_VERSION
     engine: ServerName
+    tp: int = Field(1, description="GPUs the model is sharded over; the byte figures below are GPU 0's")
     gpu_memory_bytes: int
     gpu_memory_source: str
     batch: int
@@ -136,6 +158,7 @@ class MemoryPlan(BaseModel):
     verdict: str
     advice: list[str] = Field(default_factory=list)
     rows: list[PlanRow] = Field(default_factory=list)
+    gpus: list[GpuPlan] = Field(default_factory=list, description="per GPU; `fits` needs every one to fit")
     notes: list[str] = Field(default_factory=list)
 
 
@@ -151,6 +174,9 @@ class _Model:
     breakdown: dict[str, int]
     source: Literal["safetensors headers", "config estimate"]
     stored_dtype_bytes: int
+    replicated: int = (
+        0  # bytes every tensor-parallel GPU holds whole: embeddings, LM head, norms, DFlash's fc
+    )
 
 
 _QUANT_SUFFIXES = (
@@ -177,6 +203,7 @@ def _analyse(
     stored = _dtype_bytes(ckpt.torch_dtype)
     if ckpt.has_weights:
         bd = {"quantized_linear": 0, "dense": 0, "embeddings": 0, "lm_head": 0, "vision": 0, "mtp": 0}
+        replicated = 0
         for name, t in ckpt.tensors.items():
             nbytes = t.nbytes
             if cast_float_to and t.dtype in ("F32", "F16", "BF16", "F64"):
@@ -184,7 +211,9 @@ def _analyse(
             if name.startswith("mtp.") or ".mtp." in name:
                 if include_mtp:
                     bd["mtp"] += nbytes
+                    replicated += nbytes if _replicated(name) else 0
                 continue
+            replicated += nbytes if _replicated(name) else 0
             if name.endswith(_QUANT_SUFFIXES):
                 bd["quantized_linear"] += nbytes
             elif "embed_tokens" in name:
@@ -195,10 +224,41 @@ def _analyse(
                 bd["vision"] += nbytes
             else:
                 bd["dense"] += nbytes
-        return _Model(ckpt, shape, role, sum(bd.values()), bd, "safetensors headers", stored)
+        return _Model(ckpt, shape, role, sum(bd.values()), bd, "safetensors headers", stored, replicated)
     elem = cast_float_to or stored
     est = estimate_weights(shape, ckpt.quantization, elem, include_mtp=include_mtp)
-    return _Model(ckpt, shape, role, est.total, est.as_dict(), "config estimate", stored)
+    replicated = est.embeddings + est.lm_head
+    if shape.is_dflash:  # its fc over the target's features is not split (qwen3_dflash.py: is_tp=False)
+        features = shape.dflash_context_layers * (shape.target_hidden or shape.hidden)
+        replicated += features * shape.hidden * elem
+    return _Model(ckpt, shape, role, est.total, est.as_dict(), "config estimate", stored, replicated)
+
+
+def _replicated(name: str) -> bool:
+    """Whether LMDeploy keeps tensor `name` whole on every tensor-parallel GPU (engines/parallel.py): the
+    embeddings, the LM head, norms and the `fc` of DFlash and MTP (built without `is_tp`)."""
+    parts = name.split(".")
+    module = parts[-2] if len(parts) >= 2 else name
+    if "visual" in name or "vision" in name:
+        return False
+    return "embed_tokens" in name or "lm_head" in name or module.endswith("norm") or module == "fc"
+
+
+def _shard(m: _Model, tp: int, weights: int) -> _Model:
+    """`m` as one of `tp` GPUs holds it: attention, KV, Gated-DeltaNet heads and MLP width divided by `tp`
+    (KV heads replicated to one per GPU when fewer than `tp`), holding `weights` bytes."""
+    if tp <= 1:
+        return dataclasses.replace(m, weights=weights)
+    sh = m.shape
+    shape = dataclasses.replace(
+        sh,
+        num_heads=max(1, sh.num_heads // tp),
+        num_kv_heads=kv_heads_per_gpu(sh.num_kv_heads, tp),
+        intermediate=sh.intermediate // tp,
+        linear_k_heads=sh.linear_k_heads // tp,
+        linear_v_heads=sh.linear_v_heads // tp,
+    )
+    return dataclasses.replace(m, shape=shape, weights=weights)
 
 
 # ---- the plan ----------------------------------------------------------------------------------------------
@@ -237,21 +297,27 @@ def _engine_of(cfg: PlanRequest, engine: ServerName | None) -> ServerName:
     return "embedded" if cfg.engine.engine == "embedded" else "lmdeploy"
 
 
-def _gpu_memory(cfg: PlanRequest, gpu_memory_bytes: int | None) -> tuple[int, str]:
+def _gpu_memory(cfg: PlanRequest, gpu_memory_bytes: int | None, tp: int = 1) -> list[tuple[int, str]]:
+    """The memory of each of the `tp` GPUs the plan is for: the size given (every GPU alike), else the first
+    `tp` GPUs CUDA would use (NVML, filtered by CUDA_VISIBLE_DEVICES)."""
     if gpu_memory_bytes:
-        return gpu_memory_bytes, "given"
+        return [(gpu_memory_bytes, "given")] * tp
     if cfg.plan.gpu_memory:
-        return parse_memory(cfg.plan.gpu_memory), f"--gpu-memory {cfg.plan.gpu_memory}"
-    from ..hardware import list_gpus
+        return [(parse_memory(cfg.plan.gpu_memory), f"--gpu-memory {cfg.plan.gpu_memory}")] * tp
+    from ..hardware import visible_gpus
 
-    gpus = list_gpus()
+    gpus = visible_gpus()
     if not gpus:
         raise EnvironmentMissing(
             "no NVIDIA GPU visible through NVML to plan against; "
             "pass the card's memory, e.g. --gpu-memory 24GiB"
         )
-    g = gpus[0]
-    return g.memory_total_bytes, f"NVML GPU 0: {g.name}"
+    if len(gpus) < tp:
+        raise EnvironmentMissing(
+            f"--tp {tp}: {len(gpus)} GPU{'' if len(gpus) == 1 else 's'} visible to plan against; "
+            "pass the memory of one card, e.g. --gpu-memory 24GiB, to plan for GPUs not in this machine"
+        )
+    return [(g.memory_total_bytes, f"NVML GPU {g.index}: {g.name}") for g in gpus[:tp]]
 
 
 def _forced_dtype(model: _Model, engine: ServerName, cfg: PlanRequest) -> str | None:
@@ -316,7 +382,11 @@ def plan_memory(
     `cache_max_entry_count` evaluates that LMDeploy ratio; None recommends one."""
     cfg = cfg or PlanRequest()
     eng = _engine_of(cfg, engine)
-    total, source = _gpu_memory(cfg, gpu_memory_bytes)
+    tp = cfg.engine.tp
+    if tp > 1 and eng == "embedded":
+        raise UsageError(tp_problems(target, draft, None, tp, "embedded")[0])
+    gpus = _gpu_memory(cfg, gpu_memory_bytes, tp)
+    total, source = gpus[0]
     batch = cfg.plan.batch or cfg.engine.max_batch_size
     session = cfg.plan.session_len or cfg.engine.session_len
     k = cfg.draft_tokens
@@ -324,6 +394,10 @@ def plan_memory(
     if method is None and draft is None and k > 0 and target_has_mtp(target):
         method = "qwen3_5_mtp"  # K without a drafter: the target's own MTP head drafts (as convert reads it)
     include_mtp = method in ("qwen3_5_mtp", "deepseek_mtp", "hy3_mtp")
+    draft_method = method or (KIND_TO_METHOD.get(draft.draft_kind) if draft is not None else None)
+    problems = tp_problems(target, draft, draft_method, tp, eng)
+    if problems:
+        raise UsageError("; ".join(problems))
     ctx = parse_memory(cfg.plan.cuda_context, "plan.cuda_context")
     graphs = (
         0
@@ -342,45 +416,79 @@ def plan_memory(
     d_dtype = _draft_dtype(t, d, eng, cfg, t_dtype)
     d_act = _dtype_bytes(d_dtype)
     kv_dtype = _kv_dtype(cfg, eng)
-
-    def per_token(s: int) -> tuple[int, int]:
-        tk = _kv_per_token(t.shape, kv_dtype, act, eng, s)
-        if include_mtp and t.shape.mtp_layers:
-            tk += t.shape.kv_bytes_per_token(act, layers=t.shape.mtp_layers)
-        dk = _kv_per_token(d.shape, kv_dtype, d_act, eng, s) if d is not None else 0
-        return tk, dk
-
     speculating = (d is not None or include_mtp) and k > 0
-    state_seq = _state_per_sequence(t, eng, act, k if speculating else 0)
-    weights = t.weights + (d.weights if d else 0)
-    safety = int(total * SAFETY_FRACTION)
-    inputs = _Inputs(
-        total=total, ctx=ctx, weights=weights, state_seq=state_seq, batch=batch, session=session,
-        lookahead=_lookahead(d, k, include_mtp), safety=safety, cfg=cfg, t=t, d=d, act=act,
-        per_token=per_token,
-    )  # fmt: skip
-    res = _lmdeploy(inputs, graphs, cache_max_entry_count) if eng == "lmdeploy" else _embedded(inputs)
-    tk, dk = per_token(session or 0)
+    lookahead = _lookahead(d, k, include_mtp)
+    d_sharded = d is not None and draft_is_sharded(draft_method, d.ckpt)
+
+    def rank_inputs(r: int) -> _Inputs:
+        """What GPU `r` of `tp` holds: its share of the sharded weights, the replicated ones, and a drafter
+        LMDeploy does not shard on GPU 0 only (engines/parallel.py)."""
+        tr = _shard(t, tp, t.replicated + -(-(t.weights - t.replicated) // tp) if tp > 1 else t.weights)
+        dr: _Model | None = None
+        if d is not None and (d_sharded or r == 0):
+            share = d.replicated + -(-(d.weights - d.replicated) // tp) if d_sharded and tp > 1 else d.weights
+            dr = _shard(d, tp if d_sharded else 1, share)
+
+        def per_token(s: int) -> tuple[int, int]:
+            tk = _kv_per_token(tr.shape, kv_dtype, act, eng, s)
+            if include_mtp and tr.shape.mtp_layers:
+                tk += tr.shape.kv_bytes_per_token(act, layers=tr.shape.mtp_layers)
+            dk = _kv_per_token(dr.shape, kv_dtype, d_act, eng, s) if dr is not None else 0
+            return tk, dk
+
+        mem = gpus[r][0]
+        return _Inputs(
+            total=mem, ctx=ctx, weights=tr.weights + (dr.weights if dr else 0),
+            state_seq=_state_per_sequence(tr, eng, act, k if speculating else 0), batch=batch,
+            session=session, lookahead=lookahead, safety=int(mem * SAFETY_FRACTION), cfg=cfg, t=tr, d=dr,
+            act=act, per_token=per_token,
+        )  # fmt: skip
+
+    ranks = [rank_inputs(r) for r in range(tp)]
+    inputs = ranks[0]
+    res = _lmdeploy(ranks, graphs, cache_max_entry_count) if eng == "lmdeploy" else _embedded(inputs)
+    per_gpu = res.pop("gpus", None)
+    tk, dk = inputs.per_token(session or 0)
+    full_tk = _kv_per_token(t.shape, kv_dtype, act, eng, session or 0)
+    if include_mtp and t.shape.mtp_layers:
+        full_tk += t.shape.kv_bytes_per_token(act, layers=t.shape.mtp_layers)
+    full_dk = _kv_per_token(d.shape, kv_dtype, d_act, eng, session or 0) if d is not None else 0
     plan = MemoryPlan(
         engine=eng,
+        tp=tp,
         gpu_memory_bytes=total,
         gpu_memory_source=source,
         batch=batch,
         session_len=session,
         draft_tokens=k,
         kv_dtype=kv_dtype if kv_dtype != "auto" else t_dtype,
-        target=_model_memory(t, t_dtype, tk),
-        draft=_model_memory(d, d_dtype, dk) if d is not None else None,
+        target=_model_memory(t, t_dtype, full_tk),
+        draft=_model_memory(d, d_dtype, full_dk) if d is not None else None,
         kv_bytes_per_token=tk + dk,
-        state_bytes_per_sequence=state_seq,
+        state_bytes_per_sequence=inputs.state_seq,
         cuda_context_bytes=ctx,
-        weights_bytes=weights,
+        weights_bytes=inputs.weights,
         notes=notes,
         **res,
     )
+    plan.gpus = [
+        GpuPlan(index=r, gpu_memory_bytes=gpus[r][0], gpu_memory_source=gpus[r][1], **g)
+        for r, g in enumerate(per_gpu or [_single_gpu(plan, inputs.safety)])
+    ]
     plan.notes = _assumptions(plan, t, eng, k if speculating else 0, include_mtp)
-    _finish(plan, t, d, safety)
+    _finish(plan, inputs.t, inputs.d, inputs.safety)
     return plan
+
+
+def _single_gpu(plan: MemoryPlan, safety: int) -> dict[str, Any]:
+    """The one GPU of a plan without tensor parallelism, as its `gpus` entry."""
+    return {
+        "cuda_context_bytes": plan.cuda_context_bytes, "weights_bytes": plan.weights_bytes,
+        "state_cache_bytes": plan.state_cache_bytes, "runtime_reserve_bytes": plan.runtime_reserve_bytes,
+        "kv_cache_bytes": plan.kv_cache_bytes, "kv_bytes_per_token": plan.kv_bytes_per_token,
+        "activation_bytes": plan.activation_bytes, "cuda_graph_bytes": plan.cuda_graph_bytes,
+        "safety_bytes": safety, "peak_bytes": plan.peak_bytes, "fits": plan.fits,
+    }  # fmt: skip
 
 
 def _assumptions(plan: MemoryPlan, t: _Model, engine: ServerName, spec: int, include_mtp: bool) -> list[str]:
@@ -403,6 +511,14 @@ def _assumptions(plan: MemoryPlan, t: _Model, engine: ServerName, spec: int, inc
         notes.append(
             f"MTP drafter: the mtp.* weights and {t.shape.mtp_layers} full-attention layer(s) of KV per "
             "token, sharing the target's block count"
+        )
+    if plan.tp > 1:
+        notes.append(
+            f"tensor parallel over {plan.tp} GPUs as LMDeploy 0.18 shards it: embeddings, LM head, norms and "
+            "the fc of DFlash/MTP whole on every GPU, every other weight split evenly; attention, KV and "
+            "Gated-DeltaNet heads divided by tp (KV heads replicated to one per GPU when fewer); the logits "
+            "reserve, CUDA context, CUDA graphs and safety margin on every GPU; an EAGLE/EAGLE-3 drafter "
+            "unsharded on GPU 0 only; KV blocks: the fewest any GPU fits (engines/parallel.py, docs/plan.md)"
         )
     if engine == "lmdeploy":
         notes.append(
@@ -489,33 +605,48 @@ class _Inputs:
     per_token: Callable[[int], tuple[int, int]]  # session length -> (target, drafter) KV bytes per token
 
 
-def _lmdeploy(inp: _Inputs, graphs: int, given: float | None) -> dict[str, Any]:
-    tk, dk = inp.per_token(inp.session or 0)
-    block = (tk + dk) * LMDEPLOY_BLOCK_SIZE
-    free = inp.total - inp.ctx - inp.weights
-    ctx_layers = inp.d.shape.dflash_context_layers if (inp.d is not None and inp.d.shape.is_dflash) else 0
+def _lmdeploy(ranks: list[_Inputs], graphs: int, given: float | None) -> dict[str, Any]:
+    """LMDeploy's memory model over the tensor-parallel GPUs `ranks` (one for a single GPU): each GPU
+    reserves its own state pool and runtime buffers, one `cache_max_entry_count` applies to all, and the KV
+    block count is the smallest any GPU fits (executor/base.py `_get_min_num_gpu_blocks`)."""
+    inp = ranks[0]
+
+    def rank_at(r: _Inputs, b: int, prefill: int) -> dict[str, Any]:
+        tk, dk = r.per_token(r.session or 0)
+        ctx_layers = r.d.shape.dflash_context_layers if (r.d is not None and r.d.shape.is_dflash) else 0
+        free = r.total - r.ctx - r.weights
+        state = r.state_seq * (b + LMDEPLOY_STATE_SPARE_SLOTS)
+        runtime = (prefill + 2 * b) * r.t.shape.vocab * 2
+        acts = (
+            _activation_bytes(r.t.shape, prefill, r.act) + prefill * ctx_layers * r.t.shape.hidden * r.act * 2
+        )
+        if r.d is not None:
+            acts += _activation_bytes(r.d.shape, max(r.lookahead, 1) * b, r.act)
+        avail = free - state - runtime
+        return {"free": free, "state": state, "runtime": runtime, "acts": acts, "avail": avail,
+                "block": (tk + dk) * LMDEPLOY_BLOCK_SIZE, "need": acts + graphs + r.safety}  # fmt: skip
 
     def at(b: int, prefill: int) -> dict[str, Any]:
-        state = inp.state_seq * (b + LMDEPLOY_STATE_SPARE_SLOTS)
-        runtime = (prefill + 2 * b) * inp.t.shape.vocab * 2
-        avail = free - state - runtime
-        acts = (
-            _activation_bytes(inp.t.shape, prefill, inp.act)
-            + prefill * ctx_layers * inp.t.shape.hidden * inp.act * 2
-        )
-        if inp.d is not None:
-            acts += _activation_bytes(inp.d.shape, max(inp.lookahead, 1) * b, inp.act)
-        need = acts + graphs + inp.safety
-        ratio = given if given is not None else (_floor2((avail - need) / avail) if avail > 0 else 0.0)
-        ratio = min(ratio, LMDEPLOY_MAX_RATIO)
-        blocks = int(avail * ratio) // block if (avail > 0 and ratio > 0 and block > 0) else 0
-        headroom = avail - int(avail * ratio) if avail > 0 else 0
-        ok = blocks >= LMDEPLOY_MIN_BLOCKS and headroom >= need
+        per = [rank_at(r, b, prefill) for r in ranks]
+        ratios = [_floor2((g["avail"] - g["need"]) / g["avail"]) if g["avail"] > 0 else 0.0 for g in per]
+        ratio = min(given if given is not None else min(ratios), LMDEPLOY_MAX_RATIO)
+        counts = [
+            int(g["avail"] * ratio) // g["block"] if (g["avail"] > 0 and ratio > 0 and g["block"] > 0) else 0
+            for g in per
+        ]
+        blocks = min(counts)
+        for g, own in zip(per, ratios, strict=True):
+            g["ok"] = g["avail"] > 0 and g["avail"] - int(g["avail"] * ratio) >= g["need"]
+            # judged alone (its own best ratio): does this GPU's memory hold its share of the session?
+            own = min(given if given is not None else own, LMDEPLOY_MAX_RATIO)
+            alone = int(g["avail"] * own) // g["block"] if (g["avail"] > 0 and own > 0 and g["block"]) else 0
+            g["alone"] = g["avail"] > 0 and g["avail"] - int(g["avail"] * own) >= g["need"]
+            g["alone"] = g["alone"] and _holds(alone, inp)
+        ok = blocks >= LMDEPLOY_MIN_BLOCKS and all(g["ok"] for g in per)
         return {
-            "state": state,
-            "runtime": runtime,
+            **per[0],
+            "per": per,
             "prefill": prefill,
-            "acts": acts,
             "ratio": ratio,
             "blocks": blocks,
             "ok": ok,
@@ -551,26 +682,49 @@ def _lmdeploy(inp: _Inputs, graphs: int, given: float | None) -> dict[str, Any]:
             if not attempt(b)["session_ok"]:
                 break
             max_batch = b
-    kv_bytes = a["blocks"] * block
-    peak = inp.ctx + inp.weights + a["state"] + a["runtime"] + kv_bytes + a["acts"] + graphs
+    gpus = []
+    for r, g in zip(ranks, a["per"], strict=True):
+        kv = a["blocks"] * g["block"]
+        gpus.append({
+            "cuda_context_bytes": r.ctx, "weights_bytes": r.weights, "state_cache_bytes": g["state"],
+            "runtime_reserve_bytes": g["runtime"], "kv_cache_bytes": kv,
+            "kv_bytes_per_token": g["block"] // LMDEPLOY_BLOCK_SIZE, "activation_bytes": g["acts"],
+            "cuda_graph_bytes": graphs, "safety_bytes": r.safety,
+            "peak_bytes": r.ctx + r.weights + g["state"] + g["runtime"] + kv + g["acts"] + graphs,
+            "fits": bool(g["free"] > 0 and g["alone"]),
+        })  # fmt: skip
+    session_fits = inp.session is None or max_session >= inp.session
     return {
-        "free_after_weights_bytes": free,
+        "free_after_weights_bytes": a["free"],
         "state_cache_bytes": a["state"],
         "runtime_reserve_bytes": a["runtime"],
         "max_prefill_token_num": a["prefill"],
         "activation_bytes": a["acts"],
         "cuda_graph_bytes": graphs,
-        "kv_cache_bytes": kv_bytes,
+        "kv_cache_bytes": gpus[0]["kv_cache_bytes"],
         "kv_cache_tokens": tokens,
         "cache_max_entry_count": round(a["ratio"], 2) if a["ratio"] > 0 else None,
         "cache_max_entry_count_given": given is not None,
         "max_session_len": max(0, max_session),
         "max_batch_at_session_len": max_batch,
-        "peak_bytes": peak,
-        "peak_allocated_bytes": peak - inp.ctx,
-        "fits": bool(free > 0 and a["ok"] and (inp.session is None or max_session >= inp.session)),
+        "peak_bytes": gpus[0]["peak_bytes"],
+        "peak_allocated_bytes": gpus[0]["peak_bytes"] - inp.ctx,
+        "fits": bool(all(g["free"] > 0 for g in a["per"]) and a["ok"] and session_fits),
         "verdict": "",
+        "gpus": gpus,
     }
+
+
+def _holds(blocks: int, inp: _Inputs) -> bool:
+    """Whether `blocks` KV blocks are at least LMDeploy's minimum and hold `inp`'s batch of sessions (the
+    longest session they hold as `max_session_len` counts it)."""
+    if blocks < LMDEPLOY_MIN_BLOCKS:
+        return False
+    tokens = blocks * LMDEPLOY_BLOCK_SIZE
+    return (
+        inp.session is None
+        or _floor_to(tokens // inp.batch - inp.lookahead, LMDEPLOY_BLOCK_SIZE) >= inp.session
+    )
 
 
 def _embedded(inp: _Inputs) -> dict[str, Any]:
@@ -673,6 +827,9 @@ def _finish(plan: MemoryPlan, t: _Model, d: _Model | None, safety: int) -> None:
         )
     kv_note = f"{plan.kv_bytes_per_token} B/token ({plan.target.kv_bytes_per_token} target"
     kv_note += f" + {plan.draft.kv_bytes_per_token} draft)" if plan.draft else ")"
+    if plan.tp > 1:
+        whole = plan.target.kv_bytes_per_token + (plan.draft.kv_bytes_per_token if plan.draft else 0)
+        kv_note = f"{plan.kv_bytes_per_token} B/token on this GPU ({whole} for the whole model)"
     rows.append(
         PlanRow(item=f"KV cache ({plan.kv_cache_tokens} tokens)", bytes=plan.kv_cache_bytes, note=kv_note)
     )
@@ -686,9 +843,15 @@ def _finish(plan: MemoryPlan, t: _Model, d: _Model | None, safety: int) -> None:
     plan.rows = rows
 
     want = f"session_len {plan.session_len}" if plan.session_len else "a session"
+    where = ""
+    if plan.tp > 1:
+        short = [str(g.index) for g in plan.gpus if not g.fits]
+        where = f" on GPU {','.join(short) or '0'} of {plan.tp}"
+        where = f" on each of {plan.tp} GPUs" if plan.fits else where
     if plan.fits:
         plan.verdict = (
-            f"fits: {want} at batch {plan.batch}; longest session_len at this batch {plan.max_session_len}"
+            f"fits{where}: {want} at batch {plan.batch}; longest session_len at this batch "
+            f"{plan.max_session_len}"
         )
         if plan.engine == "lmdeploy" and plan.cache_max_entry_count is not None:
             plan.verdict += f"; cache_max_entry_count {plan.cache_max_entry_count}"
@@ -696,12 +859,12 @@ def _finish(plan: MemoryPlan, t: _Model, d: _Model | None, safety: int) -> None:
         return
     if plan.free_after_weights_bytes <= 0:
         plan.verdict = (
-            f"will not fit: weights alone need {gib(plan.weights_bytes + plan.cuda_context_bytes)} "
+            f"will not fit{where}: weights alone need {gib(plan.weights_bytes + plan.cuda_context_bytes)} "
             f"of {gib(plan.gpu_memory_bytes)}"
         )
         plan.advice.append("use a GPU with more memory, a smaller quantization, or drop the drafter")
         return
-    plan.verdict = f"will not fit: {want} at batch {plan.batch}"
+    plan.verdict = f"will not fit{where}: {want} at batch {plan.batch}"
     if plan.max_session_len >= 64:
         plan.advice.append(
             f"--session-len {plan.max_session_len} (the longest that fits at batch {plan.batch})"
@@ -716,6 +879,8 @@ def _finish(plan: MemoryPlan, t: _Model, d: _Model | None, safety: int) -> None:
         plan.advice.append("a smaller LMDeploy --max-prefill-token-num shrinks the runtime reserve")
     if plan.draft is not None:
         plan.advice.append("serve without the drafter (frees its weights and KV)")
+    if plan.engine == "lmdeploy" and plan.tp > 1:
+        plan.advice.append(f"--tp {2 * plan.tp} where the heads divide (weights, KV and state split further)")
 
 
 def fits(cfg: SpecqConfig, *, gpu_memory_bytes: int | None = None) -> str | None:

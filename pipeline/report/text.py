@@ -8,7 +8,7 @@ benchmark table is, at the width the caller's console has."""
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -120,14 +120,18 @@ def convert_diagnostics(result: ConvertResult) -> list[str]:
 def plan_text(p: MemoryPlan, width: int = 100) -> str:
     from rich.table import Table
 
+    per_gpu = f", tp {p.tp}: GPU 0" if p.tp > 1 else ""
     table = Table(
-        title=f"specq plan ({p.engine} engine, batch {p.batch}, session_len {p.session_len or '-'})"
+        title=f"specq plan ({p.engine} engine, batch {p.batch}, session_len {p.session_len or '-'}{per_gpu})"
     )
     table.add_column("item")
     table.add_column("GiB", justify="right")
     table.add_column("note")
     for r in p.rows:
         table.add_row(r.item, f"{r.bytes / 2**30:.2f}", r.note)
+    text = table_text(table, width)
+    if p.tp > 1:
+        text += table_text(_gpu_table(p), width)
     lines = [p.verdict]
     if p.engine == "lmdeploy" and p.cache_max_entry_count is not None:
         lines.append(
@@ -136,7 +140,26 @@ def plan_text(p: MemoryPlan, width: int = 100) -> str:
             f"--session-len {p.session_len or p.max_session_len}"
         )
     lines += [f"assumption: {n}" for n in p.notes]
-    return table_text(table, width) + "".join(line + "\n" for line in lines)
+    return text + "".join(line + "\n" for line in lines)
+
+
+def _gpu_table(p: MemoryPlan) -> Any:
+    """One column per tensor-parallel GPU: what each holds, in GiB."""
+    from rich.table import Table
+
+    table = Table(title=f"per GPU (--tp {p.tp})")
+    table.add_column("GiB")
+    for g in p.gpus:
+        table.add_column(f"GPU {g.index}", justify="right")
+    fields = [("GPU memory", "gpu_memory_bytes"), ("CUDA context", "cuda_context_bytes"),
+              ("weights", "weights_bytes"), ("linear-attention state", "state_cache_bytes"),
+              ("runtime reserve", "runtime_reserve_bytes"), ("KV cache", "kv_cache_bytes"),
+              ("activations", "activation_bytes"), ("CUDA graphs", "cuda_graph_bytes"),
+              ("safety margin", "safety_bytes"), ("predicted peak", "peak_bytes")]  # fmt: skip
+    for label, field in fields:
+        table.add_row(label, *(f"{getattr(g, field) / 2**30:.2f}" for g in p.gpus))
+    table.add_row("fits", *("yes" if g.fits else "NO" for g in p.gpus))
+    return table
 
 
 def plan_diagnostics(p: MemoryPlan) -> list[str]:
