@@ -230,3 +230,33 @@ def test_launch_with_tp_stops_at_the_preflight(
 def test_indivisible_heads_raise_usage_error(tmp_path: Path, ckpts: dict[str, Path]) -> None:
     with pytest.raises(UsageError, match="not divisible by --tp 8"):
         command(tmp_path, ckpts["target"], {"backend": "pytorch", "tp": 8})
+
+
+def test_config_file_and_environment_set_tp(cli, ckpts: dict[str, Path], tmp_path: Path) -> None:
+    toml = tmp_path / "tp.toml"
+    toml.write_text(
+        f'[model]\nmodel_path = "{ckpts["target"]}"\n'
+        '[engine]\nbackend = "pytorch"\ntp = 2\ndistributed_executor_backend = "mp"\n'
+    )
+    code, out, err = cli("serve", "--config", str(toml), "--dry-run")
+    assert code == 0, err
+    line = shlex.split(out.splitlines()[0])
+    assert line[line.index("--tp") : line.index("--tp") + 4] == [
+        "--tp",
+        "2",
+        "--distributed-executor-backend",
+        "mp",
+    ]
+    code, out, err = cli("serve", "--config", str(toml), "--dry-run", env={"SPECQ_ENGINE__TP": "4"})
+    assert code == 0, err
+    assert shlex.split(out.splitlines()[0])[line.index("--tp") + 1] == "4"
+    code, out, err = cli("serve", "--config", str(toml), "--tp", "1", "--dry-run")  # the flag wins
+    assert code == 0 and "--tp" not in shlex.split(out.splitlines()[0])
+    code, _, err = cli("serve", "--config", str(toml), "--distributed-executor-backend", "uni", "--dry-run")
+    assert code == 2 and "engine.distributed_executor_backend" in err
+
+
+def test_bench_refuses_an_embedded_baseline_with_tp(cli, ckpts: dict[str, Path]) -> None:
+    code, _, err = cli("bench", str(ckpts["target"]), "--tp", "2", "--draft-tokens", "0",
+                       "--baseline-engine", "embedded", "--requests", "1")  # fmt: skip
+    assert code == 2 and "the embedded engine runs on one device" in err
