@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..checkpoint import DTYPE_BYTES, Checkpoint, validate_checkpoint
+from ..checkpoint import DTYPE_BYTES, Checkpoint, twin_note, validate_checkpoint
 from ..config.models import EngineSection, Method, PlanSection, SpecqConfig
 from ..engines import ServerName
 from ..engines.pytorch import auto_dtype
@@ -137,6 +137,8 @@ class MemoryPlan(BaseModel):
     advice: list[str] = Field(default_factory=list)
     rows: list[PlanRow] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    # role ("target", "drafter") -> the `specq_twin` marker of a scale twin's config.json (random weights)
+    twin: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 # ---- per-model analysis ------------------------------------------------------------------------------------
@@ -761,13 +763,20 @@ def run_plan(cfg: PlanRequest, *, gpu_memory_bytes: int | None = None) -> Memory
     draft = Checkpoint(cfg.draft_model) if cfg.draft_model else None
     if draft is not None:
         validate_checkpoint(draft, tokenizer=False, weights=False, role="drafter")
-    return plan_memory(
+    plan = plan_memory(
         target,
         draft,
         cfg,
         gpu_memory_bytes=gpu_memory_bytes,
         cache_max_entry_count=cfg.plan.cache_max_entry_count,
     )
+    twins = []
+    for role, ck in (("target", target), ("drafter", draft)):
+        if ck is not None and (marker := ck.twin) is not None:
+            plan.twin[role] = marker
+            twins.append(twin_note(role, str(ck.path), marker))
+    plan.notes = twins + plan.notes
+    return plan
 
 
 __all__ = [
