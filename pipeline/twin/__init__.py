@@ -86,6 +86,11 @@ def twin_marker(source: Source, request: TwinRequest, created: str) -> dict[str,
     }
 
 
+def marker_text(marker: dict[str, Any]) -> str:
+    """The marker as the safetensors metadata string every weight file of a twin carries."""
+    return f"random weights, not a model; source sha256 {marker['source_sha256']}, built {marker['created']}"
+
+
 def _params(tensors: list[TensorSpec]) -> int:
     """Parameters as the model counts them: an AWQ linear's packed codes count 8 weights per int32."""
     n = 0
@@ -170,7 +175,7 @@ def build_twin(request: TwinRequest, progress: Progress = null_progress) -> Twin
         )
         files = write_shards(
             target_specs, tdir, device=device, seed=request.seed, progress=progress,
-            shard_bytes=request.shard_bytes,
+            shard_bytes=request.shard_bytes, marker=marker_text(marker),
         )  # fmt: skip
         _write_json(tdir / "config.json", _target_config(source, request, marker))
         ids = ("eos_token_id", "pad_token_id", "bos_token_id")
@@ -232,7 +237,7 @@ def _drafter(
     progress(f"{kind} drafter: {len(tensors)} tensors, {spec.total_bytes(tensors) / 2**30:.2f} GiB")
     files = write_shards(
         tensors, d, device=device, seed=request.seed + 1, progress=progress, shard_bytes=request.shard_bytes,
-        t2d_true=t2d,
+        t2d_true=t2d, marker=marker_text(marker),
     )  # fmt: skip
     _write_json(d / "config.json", cfg)
     return TwinPart(path=str(out / kind), kind=kind, tensors=len(tensors), params=_params(tensors),

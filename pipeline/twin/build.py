@@ -68,9 +68,10 @@ def write_shards(
     progress: Progress,
     shard_bytes: int = SHARD_BYTES,
     t2d_true: int | None = None,
+    marker: str = "",
 ) -> list[str]:
     """Generate `tensors` into safetensors shards in `out` (+ `model.safetensors.index.json` when more than
-    one); returns the file names."""
+    one); returns the file names. `marker` goes into every shard's metadata (`specq_twin`) and the index's."""
     import torch
     from safetensors.torch import save_file
 
@@ -88,11 +89,11 @@ def write_shards(
             data[t.name] = x.to("cpu").contiguous()
             weight_map[t.name] = name
             total += t.nbytes
-        save_file(data, str(out / name), metadata={"format": "pt"})
+        save_file(data, str(out / name), metadata={"format": "pt", "specq_twin": marker})
         del data
         progress(f"wrote {name} ({sum(t.nbytes for t in shard) / 2**30:.2f} GiB, {len(shard)} tensors)")
     if len(names) > 1:
-        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        index = {"metadata": {"total_size": total, "specq_twin": marker}, "weight_map": weight_map}
         (out / "model.safetensors.index.json").write_text(
             json.dumps(index, indent=2) + "\n", encoding="utf-8"
         )

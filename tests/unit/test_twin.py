@@ -260,6 +260,10 @@ def test_every_config_is_marked_and_plan_says_twin(qwen35_twin, cli):
     for part in ("target", "dflash", "eagle3"):
         marker = json.loads((qwen35_twin / "awq" / part / "config.json").read_text())["specq_twin"]
         assert marker["source_sha256"] == sha and marker["created"].startswith("20")
+        for f in Checkpoint(qwen35_twin / "awq" / part).weight_files:  # the weight files say so too
+            assert sha in _safetensors_metadata(f)["specq_twin"]
+    index = json.loads((qwen35_twin / "awq" / "target" / "model.safetensors.index.json").read_text())
+    assert sha in index["metadata"]["specq_twin"]
     report = json.loads((qwen35_twin / "awq" / "twin_report.json").read_text())
     assert report["kind"] == "specq-twin" and report["marker"]["source_sha256"] == sha
     target, dflash = qwen35_twin / "awq" / "target", qwen35_twin / "awq" / "dflash"
@@ -269,6 +273,14 @@ def test_every_config_is_marked_and_plan_says_twin(qwen35_twin, cli):
     assert set(plan["twin"]) == {"target", "drafter"} and plan["twin"]["target"]["source_sha256"] == sha
     code, text, _ = cli("plan", str(target), "--gpu-memory", "24GiB")
     assert code == 0 and f"TWIN: the target {target} is a scale twin" in text
+
+
+def _safetensors_metadata(path: Path) -> dict:
+    import struct
+
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return json.loads(f.read(n))["__metadata__"]
 
 
 def test_bench_report_names_a_twin(qwen35_twin, tmp_path):
