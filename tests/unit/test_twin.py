@@ -170,20 +170,32 @@ def test_awq_twin_files_hold_the_spec_and_load_rules(qwen35_twin):
     assert {t.dtype for n, t in target.tensors.items() if n.endswith(".scales")} == {"F16"}
 
 
-def test_awq_twin_bytes_equal_plans_estimate_of_the_text_model(qwen35_twin):
-    """plan's config-only estimate (pipeline/plan/shapes.py) and the twin agree on every quantized and dense
-    decoder byte, the embeddings and the head (the vision tower and MTP layer are estimates there)."""
+def test_awq_twin_bytes_equal_plans_config_only_estimate(qwen35_twin):
+    """plan's config-only estimate (pipeline/plan/shapes.py) and the twin agree to the byte: the quantized
+    and dense decoder, the embeddings, the head, the vision tower and the MTP layer kept unquantized by
+    `modules_to_not_convert` (LMDeploy's fused names: `mtp.layers.0.self_attn.qkv_proj` covers q/k/v)."""
     from specq.pipeline.plan.shapes import estimate_weights, shape_from_config
 
     target = Checkpoint(qwen35_twin / "awq" / "target")
-    est = estimate_weights(shape_from_config(target.config), target.quantization, 2)
+    est = estimate_weights(shape_from_config(target.config), target.quantization, 2, include_mtp=True)
     t = target.tensors
     quantized = sum(v.nbytes for n, v in t.items() if n.endswith((".qweight", ".qzeros", ".scales")))
-    text = sum(v.nbytes for n, v in t.items() if n.startswith("model.language_model."))
     assert quantized == est.quantized
-    assert text - t["model.language_model.embed_tokens.weight"].nbytes == est.quantized + est.dense
-    assert t["lm_head.weight"].nbytes == est.lm_head
-    assert t["model.language_model.embed_tokens.weight"].nbytes == est.embeddings
+    assert sum(v.nbytes for n, v in t.items() if n.startswith("mtp.")) == est.mtp
+    assert sum(v.nbytes for n, v in t.items() if n.startswith("model.visual.")) == est.vision
+    assert target.weight_bytes == est.total
+
+
+def test_27b_awq_twin_bytes_equal_plans_config_only_estimate():
+    """The same for the 27B fixture, from the spec (19.5 GB: nothing is built)."""
+    from specq.pipeline.checkpoint import QuantInfo
+    from specq.pipeline.plan.shapes import estimate_weights, shape_from_config
+    from specq.pipeline.twin.spec import quantization_config
+
+    src = read_source(FIXTURE_27B)
+    q = QuantInfo(method="awq", bits=4, group_size=128, raw=quantization_config(src))
+    est = estimate_weights(shape_from_config(src.config), q, 2, include_mtp=True)
+    assert est.total == sum(t.nbytes for t in target_tensors(src, "awq")) == 19_547_547_104
 
 
 def test_twin_drafters_have_the_target_shape(qwen35_twin):
@@ -338,6 +350,8 @@ def test_27b_fixture_is_the_reference_models_size():
     bf16 = target_tensors(src, "bf16")
     params = sum(t.numel for t in bf16)
     assert 26.5e9 < params < 28.5e9
+    # the published bf16 checkpoint: 51.75 GiB of safetensors (docs/plan.md's reference case)
+    assert round(sum(t.nbytes for t in bf16) / 2**30, 2) == 51.75
     awq = target_tensors(src, "awq")
     awq_bytes = sum(t.nbytes for t in awq)
     assert 15e9 < awq_bytes < 22e9
@@ -359,3 +373,25 @@ def test_draft_eval_predicts_with_the_curve_at_the_targets_size(qwen35_twin):
     assert report.step_cost == STEP_COST_CURVE.at(Checkpoint(target).weight_bytes)
     assert "step-cost curve" in report.step_cost_basis and "NVIDIA H200" in report.step_cost_basis
     assert report.step_cost_basis in draft_eval_text(report)
+
+
+@pytest.mark.parametrize("arch", ["Qwen3ForCausalLM", "LlamaForCausalLM", "Qwen3_5ForConditionalGeneration"])
+def test_a_bf16_twin_loads_in_transformers_and_generates(tmp_path, arch):
+    """The twin is a checkpoint transformers loads with no missing or unexpected weight (the MTP layer is
+    the one Qwen3.5 extra transformers does not build), and its tokenizer round-trips what it generates."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3_5ForConditionalGeneration
+
+    cfg = qwen35_config() if arch.startswith("Qwen3_5") else dense_config(arch)
+    build_twin(TwinRequest(config=str(write(tmp_path / "src", cfg)), out=str(tmp_path / "t"), device="cpu"))
+    path = tmp_path / "t" / "target"
+    cls = Qwen3_5ForConditionalGeneration if arch.startswith("Qwen3_5") else AutoModelForCausalLM
+    model, info = cls.from_pretrained(path, dtype=torch.bfloat16, output_loading_info=True)
+    assert not info["missing_keys"] and not info["mismatched_keys"]
+    assert all(k.startswith("mtp.") for k in info["unexpected_keys"])
+    tok = AutoTokenizer.from_pretrained(path)
+    ids = tok("def f(x):", return_tensors="pt")["input_ids"]
+    out = model.generate(ids, max_new_tokens=4, do_sample=False)
+    assert out.shape[1] == ids.shape[1] + 4
+    assert isinstance(tok.decode(out[0]), str)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
