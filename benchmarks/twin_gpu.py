@@ -3,8 +3,12 @@ against the NVML peak of a Qwen3.5-27B-AWQ twin, and the speculative step-cost c
 sizes, all through specq's own commands. Needs LMDeploy 0.18 (PyTorch engine) and FlashAttention-3 installed
 by the caller (`specq fa3 build`; the 27B twin's head dim is 256, the curve twins' 128).
 
-    python benchmarks/twin_gpu.py --out twin-gpu [--budget 420] [--gpu-memory 24GiB] [--session-len 8192]
-        [--mtp-tokens 3] [--curve-sizes 1.7b,8b] [--curve-k 7,15] [--steps twin27,memory,curve,dflash27]
+    python benchmarks/twin_gpu.py --out /tmp/twin-gpu --report-dir "$OUT" [--budget 420] [--gpu-memory 24GiB]
+        [--session-len 8192] [--mtp-tokens 3] [--curve-sizes 1.7b,8b] [--curve-k 7,15]
+        [--steps twin27,memory,curve,dflash27]
+
+--out holds the twins (about 40 GB with the default sizes: keep it off a directory whose files are fetched);
+--report-dir receives only the small files (summary, tables, each step's stdout and stderr, bench reports).
 
 Steps, in order; each is recorded in OUT/summary.json (exit code, seconds, stderr tail) as it ends, and a step
 is skipped when less of the budget is left than it needs (summary.json then says so):
@@ -36,6 +40,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -214,6 +219,9 @@ def main() -> int:
     ap.add_argument("--dflash-tokens", default="7")
     ap.add_argument("--curve-sizes", default="1.7b,8b", help=f"of {', '.join(QWEN3_SHAPES)}")
     ap.add_argument("--curve-k", default="7,15")
+    ap.add_argument(
+        "--report-dir", type=Path, help="also copy the summary, tables and step outputs here (e.g. $OUT)"
+    )
     args = ap.parse_args()
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -232,6 +240,11 @@ def main() -> int:
     def save() -> None:
         (out / "summary.json").write_text(json.dumps({"steps": log, "results": results}, indent=1))
         (out / "twin_gpu.md").write_text(markdown(results))
+        if args.report_dir:  # the small files only: the twins (tens of GB) stay in --out
+            args.report_dir.mkdir(parents=True, exist_ok=True)
+            for f in out.iterdir():
+                if f.is_file() and f.suffix in (".json", ".md", ".out", ".log"):
+                    shutil.copy2(f, args.report_dir / f.name)
 
     def step(
         name: str, cmd: list[str], timeout: float, reserve: float, env: dict[str, str] | None = None
