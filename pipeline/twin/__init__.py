@@ -217,6 +217,8 @@ def _drafter(
 
     d = tmp / kind
     d.mkdir()
+    dtype = spec.drafter_dtype(request.quant)
+    dtype_name = {"F16": "float16", "BF16": "bfloat16"}[dtype]
     if kind == "dflash":
         from ..draft.contract import DTYPE_FIELDS
         from .tokenizer import special_tokens
@@ -225,13 +227,13 @@ def _drafter(
         specials = special_tokens(source.config, int(source.text["vocab_size"]))
         mask = max(i for i in range(int(source.text["vocab_size"]) - 1, -1, -1) if i not in specials)
         cfg = spec.dflash_config(source, request.draft_layers, request.block_size, mask)
-        cfg.update(dict.fromkeys(DTYPE_FIELDS, "bfloat16"))
-        tensors = spec.dflash_tensors(cfg)
+        cfg.update(dict.fromkeys(DTYPE_FIELDS, dtype_name))
+        tensors = spec.dflash_tensors(cfg, dtype)
         t2d = None
     else:
         cfg = spec.eagle3_config(source, EAGLE3_DRAFT_VOCAB)
-        cfg["torch_dtype"] = "bfloat16"
-        tensors = spec.eagle3_tensors(cfg)
+        cfg["torch_dtype"] = dtype_name
+        tensors = spec.eagle3_tensors(cfg, dtype)
         t2d = int(cfg["draft_vocab_size"])
     cfg[TWIN_KEY] = marker
     progress(f"{kind} drafter: {len(tensors)} tensors, {spec.total_bytes(tensors) / 2**30:.2f} GiB")

@@ -351,9 +351,9 @@ def dflash_config(source: Source, layers: int, block_size: int, mask_token_id: i
     return cfg
 
 
-def dflash_tensors(cfg: dict[str, Any]) -> list[TensorSpec]:
+def dflash_tensors(cfg: dict[str, Any], dtype: str = "BF16") -> list[TensorSpec]:
     """The DFlash drafter's tensors (`layers.N.*`, `fc`, `hidden_norm`, `norm`: pipeline/draft/model.py)."""
-    b = _Builder("bf16")
+    b = _Builder("bf16", dtype)
     h = int(cfg["hidden_size"])
     for i in range(int(cfg["num_hidden_layers"])):
         _dense_layer(b, f"layers.{i}", cfg, "qwen3")
@@ -392,8 +392,8 @@ def eagle3_config(source: Source, draft_vocab: int) -> dict[str, Any]:
     }
 
 
-def eagle3_tensors(cfg: dict[str, Any]) -> list[TensorSpec]:
-    b = _Builder("bf16")
+def eagle3_tensors(cfg: dict[str, Any], dtype: str = "BF16") -> list[TensorSpec]:
+    b = _Builder("bf16", dtype)
     h, inter = int(cfg["hidden_size"]), int(cfg["intermediate_size"])
     heads, kv, hd = _heads(cfg)
     m = "midlayer"
@@ -413,6 +413,12 @@ def eagle3_tensors(cfg: dict[str, Any]) -> list[TensorSpec]:
     b.add("d2t", (int(cfg["draft_vocab_size"]),), "d2t", "I64")
     b.add("t2d", (int(cfg["vocab_size"]),), "t2d", "BOOL")
     return b.out
+
+
+def drafter_dtype(quant: Quant) -> str:
+    """A drafter's dtype: fp16 beside an AWQ target (LMDeploy runs AWQ in fp16 and a bf16 drafter then fails,
+    the rule `specq draft train` exports by: draft/export.py `resolve_dtype`), else bf16."""
+    return "F16" if quant == "awq" else "BF16"
 
 
 def total_bytes(tensors: list[TensorSpec]) -> int:

@@ -207,6 +207,8 @@ def test_twin_drafters_have_the_target_shape(qwen35_twin):
     target = Checkpoint(qwen35_twin / "awq" / "target")
     dflash = Checkpoint(qwen35_twin / "awq" / "dflash")
     assert check_drafter(dflash, target, draft_tokens=15) == []
+    # beside an AWQ target (run in fp16 by LMDeploy) the drafters are fp16, as `specq draft train` exports
+    assert dflash.config["torch_dtype"] == "float16" and {t.dtype for t in dflash.tensors.values()} == {"F16"}
     assert set(dflash.tensors) == set(expected_tensors(dflash.config))
     c = dflash.config
     shape = DrafterShape(
