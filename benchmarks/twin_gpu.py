@@ -334,12 +334,13 @@ def main() -> int:
             save()
         return res["exit"]
 
+    refused = False  # specq refuses the AWQ Qwen3.5 twin on the PyTorch engine (engines/qwen35.py)
     if "memory" in steps and target.exists():
         mtp_env = {"SPECQ_SPECULATIVE__METHOD": "qwen3_5_mtp", "SPECQ_ENGINE__BACKEND": "pytorch"}
         flags = ["--backend", "pytorch", "--method", "qwen3_5_mtp"]
         code = memory("27b-awq-mtp", args.mtp_tokens, flags, mtp_env)
         if code == 2:  # refused up front (quantized Qwen3.5, PyTorch engine): TurboMind's baseline instead
-            log[-1]["refused_then_fallback"] = True
+            log[-1]["refused_then_fallback"] = refused = True
             tm_env = {"SPECQ_ENGINE__BACKEND": "turbomind"}
             memory("27b-awq-turbomind", "0", ["--backend", "turbomind"], tm_env)
     if "curve" in steps:
@@ -363,7 +364,10 @@ def main() -> int:
                 results["curve"] += curve_points(label, int(info["target"]["weight_bytes"]), report)
                 res["points"] = len(results["curve"])
                 save()
-    if "dflash27" in steps and target.exists():
+    if "dflash27" in steps and target.exists() and refused:
+        why = "specq refused the AWQ Qwen3.5 twin on the PyTorch engine in the memory step"
+        log.append({"step": "curve-27b-awq", "exit": None, "skipped": why})
+    elif "dflash27" in steps and target.exists():
         info = json.loads((twin27 / "twin_report.json").read_text())
         step("curve-27b-awq", dflash_bench(twin27, "bench-curve-27b", args.dflash_tokens), 300, 150)
         report = read("curve-27b-awq")
