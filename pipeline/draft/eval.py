@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoint import Checkpoint, validate_checkpoint
-from ..errors import InputError
+from ..errors import InputError, SpecqError
 from ..progress import Progress, null_progress
 from ..repetition import is_loop, looping, partly_looping
 from ..speedup import StepCost, best_k, expected_tokens_per_step, load_curve, predict_speedup
@@ -114,9 +114,6 @@ def walk_tau(lengths: list[list[int]], k: int) -> float:
 
 def _weight_bytes(target: str) -> int | None:
     """Bytes of the target's weights (where the step-cost curve is read); None when unreadable."""
-    from ..checkpoint import Checkpoint
-    from ..errors import SpecqError
-
     try:
         ck = Checkpoint(target)
         return ck.weight_bytes if ck.has_weights else None
