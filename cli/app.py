@@ -173,13 +173,13 @@ def _register() -> None:
     """The one place commands join the app: a function becomes `specq NAME`, a Typer app a group of
     subcommands (`specq NAME SUB`), each declared with decorators in its own module. Command modules stay
     light: heavy imports live in the pipeline functions they call."""
-    from . import bench, config, convert, demo, doctor, draft, fa3, plan, quantize, report, serve, toy
+    from . import bench, config, convert, demo, doctor, draft, fa3, plan, quantize, report, serve, toy, twin
 
     commands: dict[str, Callable[..., Any] | typer.Typer] = {
         "quantize": quantize.quantize, "convert": convert.convert, "serve": serve.serve_app,
         "bench": bench.bench, "plan": plan.plan, "report": report.report_app, "doctor": doctor.doctor,
         "config": config.config_app, "toy": toy.toy_app, "draft": draft.draft_app, "fa3": fa3.fa3_app,
-        "demo": demo.demo,
+        "demo": demo.demo, "twin": twin.twin,
     }  # fmt: skip
     for name, entry in commands.items():
         if isinstance(entry, typer.Typer):

@@ -104,6 +104,30 @@ def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
     return out
 
 
+TWIN_KEY = "specq_twin"  # config.json key `specq twin` writes: a random-weight copy of a model's shapes
+
+
+def twin_marker(path: str | Path | None) -> dict[str, Any] | None:
+    """The `specq_twin` marker of the checkpoint at `path` (None: not a twin, or nothing readable there)."""
+    if not path:
+        return None
+    try:
+        config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    marker = config.get(TWIN_KEY) if isinstance(config, dict) else None
+    return dict(marker) if isinstance(marker, dict) else None
+
+
+def twin_note(role: str, path: str, marker: dict[str, Any]) -> str:
+    """The one line every report that reads a twin carries."""
+    src = marker.get("source_name") or "a config.json"
+    return (
+        f"TWIN: the {role} {path} is a scale twin of {src} (random weights at its exact shapes, built "
+        f"{marker.get('created', '?')}): memory and speed are real, acceptance and outputs mean nothing"
+    )
+
+
 class Checkpoint:
     """A model directory: config, tensors (from headers), quantization, and drafter kind."""
 
@@ -122,6 +146,12 @@ class Checkpoint:
     @property
     def name(self) -> str:
         return self.path.resolve().name
+
+    @property
+    def twin(self) -> dict[str, Any] | None:
+        """The `specq_twin` marker when this is a scale twin (random weights at a model's shapes)."""
+        marker = self.config.get(TWIN_KEY)
+        return dict(marker) if isinstance(marker, dict) else None
 
     @property
     def architectures(self) -> list[str]:

@@ -24,14 +24,16 @@ class StepCost(BaseModel):
         return self.fixed + self.per_token * k
 
     @classmethod
-    def fit(cls, points: Sequence[tuple[int, float]]) -> StepCost:
-        """Least-squares line through measured (k, relative step cost) points; one point fixes `fixed`."""
+    def fit(cls, points: Sequence[tuple[int, float]], prior: StepCost | None = None) -> StepCost:
+        """Least-squares line through measured (k, relative step cost) points. No point: `prior` (default:
+        the model's defaults); points at one k fix `fixed` through their mean, with `prior`'s slope."""
         pts = [(float(k), c) for k, c in points if k > 0 and c > 0]
+        default = prior or cls()
         if not pts:
-            return cls()
+            return default
         if len({k for k, _ in pts}) == 1:
-            k, c = pts[0]
-            default = cls()
+            k = pts[0][0]
+            c = sum(c for _, c in pts) / len(pts)
             return cls(fixed=max(c - default.per_token * k, 1e-6), per_token=default.per_token)
         n = len(pts)
         mk = sum(k for k, _ in pts) / n
@@ -61,3 +63,121 @@ def best_k(acceptance_by_position: Sequence[float], ks: Sequence[int], cost: Ste
         return 0, 1.0
     speed, k = max(scored)
     return k, speed
+
+
+# ---- the measured step-cost curve -------------------------------------------------------------------------
+
+
+class CurvePoint(BaseModel):
+    """One measured speculative step cost (spec step time / plain step time) of a target of a given size."""
+
+    label: str
+    params: int | None = None
+    weight_bytes: int = Field(gt=0, description="bytes of weights the target reads per decode step")
+    k: int = Field(gt=0)
+    cost: float = Field(gt=0)
+
+
+class StepCostCurve(BaseModel):
+    """Speculative step cost against target size, measured on one GPU with one engine: what a speculative
+    step costs where no measurement of the user's own model exists yet (`draft eval`'s prediction) and the
+    slope in k where `bench` measured one k only."""
+
+    hardware: str
+    engine: str
+    date: str
+    commit: str
+    method: str
+    note: str
+    points: list[CurvePoint]
+
+    def sizes(self) -> list[int]:
+        return sorted({p.weight_bytes for p in self.points})
+
+    def _fit_at(self, weight_bytes: int) -> StepCost:
+        return StepCost.fit([(p.k, p.cost) for p in self.points if p.weight_bytes == weight_bytes])
+
+    def at(self, weight_bytes: int | None) -> StepCost:
+        """The step cost at `weight_bytes`: each measured size's line fixed + per_token·k, interpolated
+        linearly in log(bytes) between the two nearest sizes, held at the ends (no extrapolation). None (the
+        size is unknown): the largest measured size, the one closest to the models specq is for."""
+        import math
+
+        sizes = self.sizes()
+        if weight_bytes is None or weight_bytes >= sizes[-1]:
+            return self._fit_at(sizes[-1])
+        if weight_bytes <= sizes[0]:
+            return self._fit_at(sizes[0])
+        hi = next(s for s in sizes if s >= weight_bytes)
+        lo = max(s for s in sizes if s < hi)
+        a, b = self._fit_at(lo), self._fit_at(hi)
+        t = (math.log(weight_bytes) - math.log(lo)) / (math.log(hi) - math.log(lo))
+        return StepCost(
+            fixed=round(a.fixed + t * (b.fixed - a.fixed), 4),
+            per_token=round(a.per_token + t * (b.per_token - a.per_token), 4),
+        )
+
+    def describe(self, weight_bytes: int | None) -> str:
+        size = "size unknown" if weight_bytes is None else f"{weight_bytes / 1e9:.2f} GB of weights"
+        lo, hi = self.sizes()[0], self.sizes()[-1]
+        where = ""
+        if weight_bytes is not None and weight_bytes > hi:
+            where = f", held at the largest measured size {hi / 1e9:.1f} GB"
+        elif weight_bytes is not None and weight_bytes < lo:
+            where = ", held at the smallest measured size"
+        return (
+            f"step-cost curve at {size}{where} ({self.hardware}, {self.engine}, {self.date} at {self.commit})"
+        )
+
+
+# Measured on one NVIDIA H200 on 2026-12-02 at commit 7b45bbd with `specq bench` (4 requests × 128 tokens,
+# LMDeploy 0.18's PyTorch engine, CUDA graphs): random-weight Qwen3 targets at real shapes (toy tokenizer,
+# bf16) against a random 5-layer DFlash drafter, so τ = 1 and a speculative run's rate isolates the step cost
+# (baseline decode 208.2 tok/s at 6.96 B, 130.5 / 123.2 at k = 7 / 15; 319.8, 162.0 / 129.3 at 1.42 B). The
+# toy point is the small AWQ toy with a trained drafter at k = 15 (docs/verification.md, the
+# launch-option table). Replace these with the figures of `benchmarks/twin_gpu.py` when it is re-run.
+STEP_COST_CURVE = StepCostCurve(
+    hardware="NVIDIA H200",
+    engine="LMDeploy 0.18 PyTorch engine, CUDA graphs",
+    date="2026-12-02",
+    commit="7b45bbd",
+    method="dflash",
+    note="random-weight Qwen3 targets at real shapes (bf16) and a random 5-layer DFlash drafter (τ = 1); "
+    "the toy point: the small AWQ toy at k = 15",
+    points=[
+        CurvePoint(label="toy (small, AWQ)", weight_bytes=4_000_000, k=15, cost=2.05),
+        CurvePoint(
+            label="Qwen3 1.42 B bf16", params=1_420_000_000, weight_bytes=2_840_000_000, k=7, cost=1.97
+        ),
+        CurvePoint(
+            label="Qwen3 1.42 B bf16", params=1_420_000_000, weight_bytes=2_840_000_000, k=15, cost=2.48
+        ),
+        CurvePoint(
+            label="Qwen3 6.96 B bf16", params=6_960_000_000, weight_bytes=13_920_000_000, k=7, cost=1.61
+        ),
+        CurvePoint(
+            label="Qwen3 6.96 B bf16", params=6_960_000_000, weight_bytes=13_920_000_000, k=15, cost=1.69
+        ),
+    ],
+)
+
+
+def load_curve(path: str | None = None) -> StepCostCurve:
+    """The curve specq predicts with: `path` (a JSON file written by `benchmarks/twin_gpu.py`, or the
+    SPECQ_STEP_COST_CURVE environment variable naming one) when given, else the built-in `STEP_COST_CURVE`."""
+    import json
+    import os
+    from pathlib import Path
+
+    from .errors import InputError
+
+    path = path or os.environ.get("SPECQ_STEP_COST_CURVE") or None
+    if not path:
+        return STEP_COST_CURVE
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return StepCostCurve.model_validate(data.get("curve", data))
+    except (OSError, ValueError, AttributeError) as e:
+        raise InputError(
+            f"{path}: not a readable step-cost curve ({type(e).__name__}); fix or unset it"
+        ) from None

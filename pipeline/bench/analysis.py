@@ -29,7 +29,7 @@ from ..report.models import (
     Stats,
 )
 from ..report.rates import BASIS_NAMES, client_decode_rate, run_rate, trial_rate
-from ..speedup import StepCost, best_k, expected_tokens_per_step, predict_speedup
+from ..speedup import StepCost, StepCostCurve, best_k, expected_tokens_per_step, load_curve, predict_speedup
 from .client import TokenCounter, per_token_latencies
 
 
@@ -436,10 +436,19 @@ def edge_note(measured: dict[int, float], k_limit: int | None) -> tuple[int | No
     return best, None
 
 
-def predict_best_k(baseline: Run, spec_runs: Sequence[Run], k_limit: int | None = None) -> BestK | None:
+def predict_best_k(
+    baseline: Run,
+    spec_runs: Sequence[Run],
+    k_limit: int | None = None,
+    *,
+    weight_bytes: int | None = None,
+    curve: StepCostCurve | None = None,
+) -> BestK | None:
     """From measured per-position acceptance and the measured cost of a draft+verify step relative to an AR
-    step (cost(k) = τ_k · TPOT_k / TPOT_AR), fit the shared StepCost and recommend k. `k_limit`: the
-    largest k the method allows (DFlash: block_size − 1), for the note on the edge of the measured range."""
+    step (cost(k) = τ_k · TPOT_k / TPOT_AR), fit the shared StepCost and recommend k. Runs at two or more k
+    give the line; runs at one k give its height, and the slope in k comes from the measured step-cost curve
+    (`speedup.STEP_COST_CURVE`) at the target's `weight_bytes`. `k_limit`: the largest k the method allows
+    (DFlash: block_size − 1), for the note on the edge of the measured range."""
     runs = [
         r for r in spec_runs if r.status == "ok" and r.acceptance and r.acceptance.per_position and _tpot(r)
     ]
@@ -456,7 +465,15 @@ def predict_best_k(baseline: Run, spec_runs: Sequence[Run], k_limit: int | None 
             r.acceptance.per_position, r.draft_tokens
         )
         points.append((r.draft_tokens, tau * (_tpot(r) or 0.0) / base_tpot))
-    cost = StepCost.fit(points)
+    curve = curve or load_curve()
+    prior = curve.at(weight_bytes)
+    cost = StepCost.fit(points, prior=prior)
+    measured_ks = sorted({kk for kk, c in points if c > 0})
+    if len(measured_ks) > 1:
+        basis = f"measured at k = {', '.join(map(str, measured_ks))}"
+    else:
+        at = measured_ks[0] if measured_ks else "-"
+        basis = f"measured at k = {at}; slope from the {curve.describe(weight_bytes)}"
     ks = sorted({r.draft_tokens for r in runs} | set(range(1, len(acc) + 1)))
     k, speed = best_k(acc, ks, cost)
     measured = {r.draft_tokens: r.speedup for r in runs}
@@ -475,6 +492,7 @@ def predict_best_k(baseline: Run, spec_runs: Sequence[Run], k_limit: int | None 
         predicted_speedup=speed,
         step_cost_fixed=cost.fixed,
         step_cost_per_token=cost.per_token,
+        step_cost_basis=basis,
         acceptance_by_position=acc,
         rows=rows,
         best_measured_k=best_measured,

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from ..checkpoint import twin_marker, twin_note
 from ..engines.speculation import draft_tokens_limit
 from ..errors import ProcessFailed, SpecqError
 from ..fsutil import check_writable
@@ -53,6 +54,7 @@ from .analysis import (
     spread,
     step_cost,
     warmup_settled,
+    weight_bytes_per_token,
 )
 from .client import RequestSpec, TokenCounter, load_token_counter, run_async, run_requests
 from .limits import check_prompt_lengths
@@ -499,6 +501,7 @@ def run_bench(
     check_prompt_lengths(workload, counter, b.max_tokens, model_path, b.mode)
     check_speculative_runs(request, engine_factory)
     report = new_report(request, workload)
+    mark_twins(report, request)
     if counter is None:
         report.notes.append(
             f"no tokenizer recount ({why}); per-chunk token counts from usage and text length"
@@ -526,6 +529,30 @@ def run_bench(
     progress(f"report written to {out}")
     raise_for_unmeasured(report, empty, start_errors, out)
     return report
+
+
+def mark_twins(report: BenchReport, request: BenchRequest) -> None:
+    """A scale twin (`specq twin`: random weights at a real model's shapes) is named in the report, so its
+    figures are never read as a model's: speed and memory are real, acceptance and outputs are not."""
+    paths = (("target", request.serve.model_path), ("drafter", request.serve.draft_model_path))
+    for role, path in paths:
+        marker = twin_marker(path)
+        if marker is None:
+            continue
+        report.twin[role] = marker
+        report.notes.append(twin_note(role, str(path), marker))
+
+
+def target_bytes(request: BenchRequest) -> int | None:
+    """The bytes of weights the target reads per decode step (None: no local checkpoint to read), the size at
+    which best k reads the step-cost curve."""
+    path = request.serve.model_path
+    if not path:
+        return None
+    try:
+        return weight_bytes_per_token(path)
+    except SpecqError:
+        return None
 
 
 def unmeasured_runs(report: BenchReport) -> list[Run]:
@@ -656,7 +683,12 @@ def finalize(report: BenchReport, request: BenchRequest, counter: TokenCounter |
             if not r.baseline and b.temperature == 0 and r.status in ("ok", "failed"):
                 r.lossless = lossless(base, r, counter)
         if report.best_k is None:
-            report.best_k = predict_best_k(base, [r for r in runs if not r.baseline], k_limit(request))
+            report.best_k = predict_best_k(
+                base,
+                [r for r in runs if not r.baseline],
+                k_limit(request),
+                weight_bytes=target_bytes(request),
+            )
     for r in report.runs:  # the baseline's outputs are every run's (a --url run: its own)
         if judges_outputs(r) and (note := partial_repetition_note(r.requests)):
             if (line := f"{r.key}: {note}") not in report.notes:

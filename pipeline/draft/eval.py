@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoint import Checkpoint, validate_checkpoint
-from ..errors import InputError
+from ..errors import InputError, SpecqError
 from ..progress import Progress, null_progress
 from ..repetition import is_loop, looping, partly_looping
-from ..speedup import StepCost, best_k, expected_tokens_per_step, predict_speedup
+from ..speedup import StepCost, best_k, expected_tokens_per_step, load_curve, predict_speedup
 from . import contract
 from .reports import DraftEvalReport, SpeedupPrediction
 
@@ -112,6 +112,15 @@ def walk_tau(lengths: list[list[int]], k: int) -> float:
     return tokens / steps if steps else 1.0
 
 
+def _weight_bytes(target: str) -> int | None:
+    """Bytes of the target's weights (where the step-cost curve is read); None when unreadable."""
+    try:
+        ck = Checkpoint(target)
+        return ck.weight_bytes if ck.has_weights else None
+    except SpecqError:
+        return None
+
+
 def without_loops(lengths: list[list[int]], texts: list[str]) -> tuple[list[list[int]], int]:
     """The accepted lengths of the sequences whose continuation (`texts`, same order) is not a loop, and how
     many were: a drafter predicts a loop almost perfectly, so τ over the rest is what text gets. A
@@ -136,7 +145,11 @@ def summarize(
     repetitive: str | None = None,
     texts: list[str] | None = None,
 ) -> DraftEvalReport:
-    cost = cost or StepCost()
+    basis = "given"
+    if cost is None:
+        size = _weight_bytes(target)
+        curve = load_curve()
+        cost, basis = curve.at(size), curve.describe(size)
     ks = list(range(1, block_size))
     preds = [
         SpeedupPrediction(
@@ -157,6 +170,7 @@ def summarize(
         acceptance_by_position=acc,
         tau=round(expected_tokens_per_step(acc, block_size - 1), 4),
         step_cost=cost,
+        step_cost_basis=basis,
         predictions=preds,
         best_k=k,
         best_speedup=round(speed, 4),

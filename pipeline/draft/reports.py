@@ -32,6 +32,7 @@ class DraftEvalReport(BaseModel):
     acceptance_by_position: list[float] = Field(description="fraction of blocks whose first i drafts match")
     tau: float = Field(description="mean accepted length per step, including the target's bonus token")
     step_cost: StepCost
+    step_cost_basis: str = Field("given", description="where step_cost comes from (the measured curve)")
     predictions: list[SpeedupPrediction]
     best_k: int
     best_speedup: float

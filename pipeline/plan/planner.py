@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..checkpoint import DTYPE_BYTES, Checkpoint, validate_checkpoint
+from ..checkpoint import DTYPE_BYTES, Checkpoint, twin_note, validate_checkpoint
 from ..config.models import EngineSection, Method, PlanSection, SpecqConfig
 from ..engines import ServerName
 from ..engines.parallel import draft_is_sharded, kv_heads_per_gpu, tp_problems
@@ -160,6 +160,8 @@ class MemoryPlan(BaseModel):
     rows: list[PlanRow] = Field(default_factory=list)
     gpus: list[GpuPlan] = Field(default_factory=list, description="per GPU; `fits` needs every one to fit")
     notes: list[str] = Field(default_factory=list)
+    # role ("target", "drafter") -> the `specq_twin` marker of a scale twin's config.json (random weights)
+    twin: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 # ---- per-model analysis ------------------------------------------------------------------------------------
@@ -926,13 +928,20 @@ def run_plan(cfg: PlanRequest, *, gpu_memory_bytes: int | None = None) -> Memory
     draft = Checkpoint(cfg.draft_model) if cfg.draft_model else None
     if draft is not None:
         validate_checkpoint(draft, tokenizer=False, weights=False, role="drafter")
-    return plan_memory(
+    plan = plan_memory(
         target,
         draft,
         cfg,
         gpu_memory_bytes=gpu_memory_bytes,
         cache_max_entry_count=cfg.plan.cache_max_entry_count,
     )
+    twins = []
+    for role, ck in (("target", target), ("drafter", draft)):
+        if ck is not None and (marker := ck.twin) is not None:
+            plan.twin[role] = marker
+            twins.append(twin_note(role, str(ck.path), marker))
+    plan.notes = twins + plan.notes
+    return plan
 
 
 __all__ = [

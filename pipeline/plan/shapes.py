@@ -204,7 +204,21 @@ def _not_quantized_patterns(q: QuantInfo) -> list[str]:
     return [str(p) for p in pats]
 
 
+# LMDeploy fuses these projections and matches `modules_to_not_convert` against the fused module's name
+# (engines/qwen35.py MTP_PROJECTIONS): an entry naming `…self_attn.qkv_proj` keeps q/k/v unquantized.
+_FUSED = {
+    ".q_proj": ".qkv_proj",
+    ".k_proj": ".qkv_proj",
+    ".v_proj": ".qkv_proj",
+    ".gate_proj": ".gate_up_proj",
+    ".up_proj": ".gate_up_proj",
+}
+
+
 def _skipped(name: str, patterns: list[str]) -> bool:
+    fused = next((name[: -len(a)] + b for a, b in _FUSED.items() if name.endswith(a)), None)
+    if fused is not None and any(p and not p.startswith("re:") and p in fused for p in patterns):
+        return True
     for p in patterns:
         if p.startswith("re:"):
             if re.search(p[3:], name):
@@ -323,6 +337,6 @@ def _vision_bytes(v: dict[str, Any], elem_bytes: int) -> int:
     pos = int(v.get("num_position_embeddings") or 0)
     block = 4 * d * d + 4 * d + 2 * d * inter + inter + d + 4 * d  # qkv+proj (+bias), fc1/fc2, 2 norms
     merged = d * merge * merge
-    merger = merged * merged + merged + merged * out + out + 2 * merged
+    merger = merged * merged + merged + merged * out + out + 2 * d  # its LayerNorm is over the tower width
     params = chans * temporal * patch * patch * d + d + pos * d + depth * block + merger
     return params * elem_bytes

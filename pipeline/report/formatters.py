@@ -179,6 +179,10 @@ def _footer(report: BenchReport) -> list[str]:
         if bk.predicted_speedup < 1.0:
             line += " - below 1: speculation does not pay off here; serve without it"
         lines.append(line)
+        if bk.step_cost_basis:
+            lines.append(
+                f"step cost {bk.step_cost_fixed:.2f} + {bk.step_cost_per_token:.3f}·k ({bk.step_cost_basis})"
+            )
         if bk.edge:
             lines.append(bk.edge)
     for g in report.gates:

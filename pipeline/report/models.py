@@ -307,6 +307,8 @@ class BestK(BaseModel):
     predicted_speedup: float
     step_cost_fixed: float
     step_cost_per_token: float
+    # where the step-cost line comes from: the measured runs, or their height with the curve's slope
+    step_cost_basis: str | None = None
     acceptance_by_position: list[float]
     rows: list[dict[str, Any]]  # k, predicted, measured
     best_measured_k: int | None = None
@@ -385,6 +387,8 @@ class BenchReport(BaseModel):
     headline: Headline | None = None
     gates: list[Gate] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    # role ("target", "drafter") -> the `specq_twin` marker of a scale twin's config.json (random weights)
+    twin: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     def run(self, label: str, concurrency: int) -> Run | None:
         return next((r for r in self.runs if r.label == label and r.concurrency == concurrency), None)

@@ -139,7 +139,7 @@ def plan_text(p: MemoryPlan, width: int = 100) -> str:
             f"--max-prefill-token-num {p.max_prefill_token_num} "
             f"--session-len {p.session_len or p.max_session_len}"
         )
-    lines += [f"assumption: {n}" for n in p.notes]
+    lines += [n if n.startswith("TWIN:") else f"assumption: {n}" for n in p.notes]
     return text + "".join(line + "\n" for line in lines)
 
 
@@ -199,7 +199,7 @@ def draft_eval_text(report: DraftEvalReport) -> str:
         lines.append(f"  k={p.k}: {p.tokens_per_step:.2f} tokens/step, predicted speedup ×{p.speedup:.2f}")
     lines.append(
         f"best k: {report.best_k} (×{report.best_speedup:.2f}; step cost {report.step_cost.fixed} + "
-        f"{report.step_cost.per_token}·k, an assumption until `specq bench` measures it)"
+        f"{report.step_cost.per_token}·k: {report.step_cost_basis}; `specq bench` measures your own)"
     )
     if report.repetitive:
         lines.append(f"NOT RELIABLE: {report.repetitive}")

@@ -160,3 +160,49 @@ def test_telemetry_summary_energy_counter_and_integral():
         s.energy_j = None
     t = summarize("ok", 0.1, [0], samples, output_tokens=4)
     assert t.energy_source == "power-integral" and t.energy_j == pytest.approx(40.0)
+
+
+def _spec_run(k: int, tpot: float, per_pos: list[float]) -> Run:
+    r = Run(label=f"k={k}", draft_tokens=k, concurrency=1, speedup=0.010 / tpot)
+    r.acceptance = Acceptance(
+        source="lmdeploy:", drafts=100, draft_tokens=100 * k, accepted_tokens=100 * sum(per_pos),
+        acceptance_length=1 + sum(per_pos), per_position=per_pos,
+    )  # fmt: skip
+    r.aggregate.tpot_s = Stats(n=1, mean=tpot)
+    return r
+
+
+def test_best_k_from_one_k_takes_the_slope_of_the_step_cost_curve_at_the_targets_size():
+    """One measured k fixes the height of the cost line; its slope in k is the measured curve's at the
+    target's size (the 6.96 B point: 1.61 at k = 7, 1.69 at k = 15), not a constant."""
+    from specq.pipeline.speedup import STEP_COST_CURVE
+
+    base = Run(label="baseline", draft_tokens=0, concurrency=1, baseline=True)
+    base.aggregate.tpot_s = Stats(n=1, mean=0.010)
+    per_pos = [0.9, 0.8, 0.6, 0.4, 0.25, 0.15, 0.1]
+    run = _spec_run(7, 0.010 * 1.61 / (1 + sum(per_pos)), per_pos)  # a step that costs 1.61 plain steps
+    big = STEP_COST_CURVE.at(13_920_000_000)
+    small = STEP_COST_CURVE.at(2_840_000_000)
+    at_big = predict_best_k(base, [run], weight_bytes=13_920_000_000)
+    at_small = predict_best_k(base, [run], weight_bytes=2_840_000_000)
+    assert at_big is not None and at_small is not None
+    assert at_big.step_cost_per_token == pytest.approx(big.per_token)
+    assert at_small.step_cost_per_token == pytest.approx(small.per_token)
+    assert at_big.step_cost_fixed + 7 * at_big.step_cost_per_token == pytest.approx(1.61, rel=1e-6)
+    assert "step-cost curve" in (at_big.step_cost_basis or "") and "13.92 GB" in (
+        at_big.step_cost_basis or ""
+    )
+    # the same measurement, two sizes: at 6.96 B (slope 0.01) another draft token is nearly free and the
+    # widest k wins; at 1.42 B (slope 0.064) the late, rarely accepted positions do not pay for themselves
+    assert at_big.recommended_k == 7
+    assert at_small.recommended_k == 5
+
+
+def test_best_k_from_two_ks_is_measured_only():
+    base = Run(label="baseline", draft_tokens=0, concurrency=1, baseline=True)
+    base.aggregate.tpot_s = Stats(n=1, mean=0.010)
+    runs = [_spec_run(3, 0.0060, [0.8, 0.6, 0.4]), _spec_run(4, 0.0058, [0.8, 0.6, 0.4, 0.2])]
+    a = predict_best_k(base, runs, weight_bytes=2_840_000_000)
+    b = predict_best_k(base, runs, weight_bytes=13_920_000_000)
+    assert a is not None and b is not None and a.step_cost_basis == "measured at k = 3, 4"
+    assert (a.step_cost_fixed, a.step_cost_per_token) == (b.step_cost_fixed, b.step_cost_per_token)

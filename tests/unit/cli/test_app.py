@@ -21,6 +21,7 @@ COMMANDS = [
     "toy",
     "draft",
     "demo",
+    "twin",
 ]
 
 

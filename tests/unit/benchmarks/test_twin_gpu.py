@@ -1,0 +1,66 @@
+"""benchmarks/twin_gpu.py's arithmetic and its contract with specq: the emulated memory fraction, the peaks
+set against the plan for the same draft-token count, and a step-cost curve file that bench and draft eval
+read (`SPECQ_STEP_COST_CURVE`)."""
+
+import json
+
+import pytest
+
+from benchmarks.twin_gpu import (
+    QWEN3_SHAPES,
+    curve_document,
+    curve_points,
+    emulated_ratio,
+    markdown,
+    peaks_vs_plan,
+    qwen3_config,
+)
+
+
+def test_the_emulated_ratio_leaves_this_gpu_the_cards_kv_cache():
+    card = {"kv_cache_bytes": 4 * 2**30}
+    here = {"free_after_weights_bytes": 100 * 2**30}
+    assert emulated_ratio(card, here) == pytest.approx(0.04)
+    assert emulated_ratio({"kv_cache_bytes": 0}, here) is None  # the card holds no cache: nothing to emulate
+    assert emulated_ratio(card, {"free_after_weights_bytes": 2**30}) == 0.99  # LMDeploy's range
+
+
+def test_peaks_are_set_against_the_plan_for_their_draft_tokens():
+    report = {"runs": [
+        {"label": "baseline", "draft_tokens": 0, "status": "ok", "telemetry": {"mem_peak_bytes": 20 * 2**30}},
+        {"label": "k=3", "draft_tokens": 3, "status": "ok", "telemetry": {"mem_peak_bytes": 22 * 2**30}},
+    ]}  # fmt: skip
+    rows = peaks_vs_plan({"peak_bytes": 21 * 2**30}, report, 3)
+    assert [r["run"] for r in rows] == ["k=3"] and rows[0]["rel_diff"] == pytest.approx(-1 / 22, abs=1e-4)
+    text = markdown({"memory": {"m": {"ratio": 0.04, "gpu_memory": "24GiB", "rows": rows}}, "curve": []})
+    assert "| k=3 | 3 | ok | 22.00 | 21.00 | -4.5% |" in text
+
+
+def test_the_curve_file_is_what_specq_predicts_with(tmp_path, monkeypatch):
+    from specq.pipeline.speedup import load_curve
+
+    report = {"runs": [
+        {"draft_tokens": 0, "status": "ok"},
+        {"draft_tokens": 7, "status": "ok", "step_cost_ratio": 1.6},
+        {"draft_tokens": 15, "status": "ok", "step_cost_ratio": 1.7},
+        {"draft_tokens": 3, "status": "failed", "step_cost_ratio": 9.9},
+    ]}  # fmt: skip
+    points = curve_points("twin", 14 * 10**9, report)
+    assert [(p["k"], p["cost"]) for p in points] == [(7, 1.6), (15, 1.7)]
+    path = tmp_path / "step_cost_curve.json"
+    path.write_text(json.dumps(curve_document(points, "NVIDIA H200", "abc1234")))
+    monkeypatch.setenv("SPECQ_STEP_COST_CURVE", str(path))
+    curve = load_curve()
+    assert curve.commit == "abc1234" and curve.at(14 * 10**9)(15) == pytest.approx(1.7)
+
+
+def test_curve_twins_have_the_public_qwen3_layer_shapes(tmp_path):
+    from specq.pipeline.twin.spec import read_source, target_tensors
+
+    for size, expect in (("1.7b", 1.42e9), ("8b", 6.96e9)):  # the layers of the measured 1.42 B and 6.96 B
+        cfg = qwen3_config(size)
+        assert (cfg["hidden_size"], cfg["num_hidden_layers"]) == QWEN3_SHAPES[size][:2]
+        path = tmp_path / f"{size}.json"
+        path.write_text(json.dumps(cfg))
+        params = sum(t.numel for t in target_tensors(read_source(path), "bf16"))
+        assert params == pytest.approx(expect, rel=0.01)
