@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
@@ -18,7 +18,18 @@ from ..errors import InputError, os_error
 from ..fsutil import check_writable
 from ..progress import Progress, null_progress
 
+if TYPE_CHECKING:
+    from ..report.models import BenchReport
+
 STAGES = ("toy pair", "quantize", "convert", "serve + bench")
+
+# When a run's measured output tok/s and its last warm-up pass differ by more than NOISE_FACTOR (either
+# way), or its trials spread by more than NOISE_SPREAD ((max - min) / median), the machine was busy while
+# it ran: the demo says its figures are noise instead of letting a reader take a speedup from them.
+NOISE_FACTOR = 2.0
+NOISE_SPREAD = 0.25
+# Measured trials per run: two by default, so the spread is shown; --quick (what CI runs): one.
+TRIALS = 2
 
 
 class DemoResult(BaseModel):
@@ -35,6 +46,44 @@ class DemoResult(BaseModel):
     bench_files: dict[str, str]
     summary_table: str
     best_k: dict[str, Any] | None = None
+    toy_cache: str = ""  # where the toy pair lives: ${SPECQ_CACHE:-~/.cache/specq}/toy
+    trials: int = 1
+    noise: list[str] = Field(
+        default_factory=list
+    )  # why the figures are noise (`noise_warnings`); empty: none
+
+
+def noise_warnings(
+    report: BenchReport, factor: float = NOISE_FACTOR, spread: float = NOISE_SPREAD
+) -> list[str]:
+    """One line per run whose figures a busy machine made meaningless: its measured output tok/s (median
+    of its trials) and its last warm-up pass more than `factor` apart, or its trials spread by more than
+    `spread`; and, when any run is, one line saying what that means for the whole table."""
+    lines = []
+    for r in report.runs:
+        if r.status != "ok":
+            continue
+        steady = r.throughput.median or r.aggregate.output_tokens_per_s
+        warm = r.warmup.rates[-1] if r.warmup and r.warmup.rates else None
+        apart = max(steady / warm, warm / steady) if steady and warm else 0.0
+        if apart > factor:
+            lines.append(
+                f"{r.label}: the last warm-up pass ran at {warm:.1f} tok/s and the measurement at "
+                f"{steady:.1f} ({apart:.1f}x apart, more than {factor:g}x)"
+            )
+        for name, s in (("output", r.throughput), ("decode", r.decode_throughput)):
+            if s.n > 1 and s.rel_spread is not None and s.rel_spread > spread:
+                lines.append(
+                    f"{r.label}: its {s.n} trials' {name} tok/s spread {s.rel_spread:.0%} "
+                    f"({s.min:.1f}-{s.max:.1f}; more than {spread:.0%})"
+                )
+                break
+    if lines:
+        lines.append(
+            "the machine was busy while the demo measured: these speedups are noise; rerun `make demo` "
+            "on an idle machine"
+        )
+    return lines
 
 
 def demo_config(
@@ -48,6 +97,7 @@ def demo_config(
     }
     if prompts is not None:
         flags["bench"].update(prompts=str(prompts), mode="completion")
+    flags["bench"]["trials"] = 1 if quick else TRIALS
     if quick:
         flags["bench"].update(requests=4, max_tokens=32, warmup=1)
     return resolve_config("cpu-demo", flags=flags)
@@ -60,6 +110,7 @@ def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_
     from ..quantize import QuantizeRequest, quantize
     from ..report.formatters import render
     from ..toy import ToyRequest, build_toy_pair
+    from ..toy.build import cache_root
     from ..toy.corpus import load_corpus, write_completion_prompts, write_jsonl
 
     out = Path(out)
@@ -129,4 +180,7 @@ def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_
         bench_files=files,
         summary_table=render(report, "table"),
         best_k=report.best_k.model_dump(mode="json") if report.best_k else None,
+        toy_cache=str(cache_root()),
+        trials=cfg.bench.trials or 1,
+        noise=noise_warnings(report),
     )
