@@ -10,7 +10,7 @@ import typer
 
 from specq.pipeline.demo import run_demo
 
-from ._common import emit, note, out, progress
+from ._common import emit, out, progress
 from ._options import JsonOpt, OutOpt, WideOpt
 
 
@@ -44,7 +44,5 @@ def demo(
         f"demo finished in {result.seconds:.0f} s: {times}; {result.trials} measured trial(s) per run",
     ]
     report = BenchReport.load(result.bench_report)
+    # the table's notes say when the machine was busy (result.noise holds the same lines for --json)
     emit(result, as_json, lambda r: render(report, "table", width=out.width, wide=wide), diagnostics)
-    if not as_json:
-        for line in result.noise:
-            note(line)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -17,17 +17,14 @@ from ..config.models import QuantizeSection
 from ..errors import InputError, os_error
 from ..fsutil import check_writable
 from ..progress import Progress, null_progress
+from ..report.noise import NOISE_FACTOR, NOISE_SPREAD, noise_warnings
 
-if TYPE_CHECKING:
-    from ..report.models import BenchReport
+__all__ = [
+    "NOISE_FACTOR", "NOISE_SPREAD", "TRIALS", "DemoResult", "demo_config", "noise_warnings", "run_demo",
+]  # fmt: skip
 
 STAGES = ("toy pair", "quantize", "convert", "serve + bench")
 
-# When a run's measured output tok/s and its last warm-up pass differ by more than NOISE_FACTOR (either
-# way), or its trials spread by more than NOISE_SPREAD ((max - min) / median), the machine was busy while
-# it ran: the demo says its figures are noise instead of letting a reader take a speedup from them.
-NOISE_FACTOR = 2.0
-NOISE_SPREAD = 0.25
 # Measured trials per run: two by default, so the spread is shown; --quick (what CI runs): one.
 TRIALS = 2
 
@@ -51,39 +48,6 @@ class DemoResult(BaseModel):
     noise: list[str] = Field(
         default_factory=list
     )  # why the figures are noise (`noise_warnings`); empty: none
-
-
-def noise_warnings(
-    report: BenchReport, factor: float = NOISE_FACTOR, spread: float = NOISE_SPREAD
-) -> list[str]:
-    """One line per run whose figures a busy machine made meaningless: its measured output tok/s (median
-    of its trials) and its last warm-up pass more than `factor` apart, or its trials spread by more than
-    `spread`; and, when any run is, one line saying what that means for the whole table."""
-    lines = []
-    for r in report.runs:
-        if r.status != "ok":
-            continue
-        steady = r.throughput.median or r.aggregate.output_tokens_per_s
-        warm = r.warmup.rates[-1] if r.warmup and r.warmup.rates else None
-        apart = max(steady / warm, warm / steady) if steady and warm else 0.0
-        if apart > factor:
-            lines.append(
-                f"{r.label}: the last warm-up pass ran at {warm:.1f} tok/s and the measurement at "
-                f"{steady:.1f} ({apart:.1f}x apart, more than {factor:g}x)"
-            )
-        for name, s in (("output", r.throughput), ("decode", r.decode_throughput)):
-            if s.n > 1 and s.rel_spread is not None and s.rel_spread > spread:
-                lines.append(
-                    f"{r.label}: its {s.n} trials' {name} tok/s spread {s.rel_spread:.0%} "
-                    f"({s.min:.1f}-{s.max:.1f}; more than {spread:.0%})"
-                )
-                break
-    if lines:
-        lines.append(
-            "the machine was busy while the demo measured: these speedups are noise; rerun `make demo` "
-            "on an idle machine"
-        )
-    return lines
 
 
 def demo_config(

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from ..fsutil import atomic_write_text
 from .models import BenchReport, HeadlineBasis, Run
+from .noise import noise_warnings
 from .rates import BASIS_NAMES, run_rate
 
 Formatter = Callable[[BenchReport], str]
@@ -220,6 +221,7 @@ def _footer(report: BenchReport) -> list[str]:
     lines = []
     if report.headline:
         lines.append(report.headline.text)
+    lines += [f"NOISE: {n}" for n in noise_warnings(report)]  # before any k is recommended from them
     lines += recommendation(report)
     for g in report.gates:
         lines.append(f"gate {g.name}: {'passed' if g.passed else 'FAILED'} — {g.reason}")
