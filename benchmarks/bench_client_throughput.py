@@ -3,7 +3,7 @@
 the client's aggregate streamed tokens/s and its error in per-request decode tokens/s and mean per-token
 ITL. The truth is the server's own send time of every chunk (it stamps them, `--stamp`, on the same
 monotonic clock): that isolates the client's error from the server's scheduling jitter on a loaded
-machine. The error against the nominal schedule is printed too. Target (issue 6): >= 20,000 streamed
+machine. The error against the nominal schedule is printed too. Target: >= 20,000 streamed
 tokens/s on 2 CPU cores, < 1 % error.
 
     python benchmarks/bench_client_throughput.py [--concurrency 8] [--tokens-per-chunk 4] [--step-ms 1]

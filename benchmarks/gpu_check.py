@@ -26,13 +26,14 @@ time and output; `sweeps.md` the tables):
   target (bf16 per size, and the AWQ targets) against its k = 0 baseline. The workload (`--workload heldout`,
   the default): the toy's held-out code prefixes in completion mode (`specq toy prompts`), made where the toy
   was built — ROOT/heldout.jsonl for `--small-root` (`gptq_for_gpu_check.py` writes it), made here for toys
-  built here. The toys learnt raw code, and on chat prompts their greedy answers loop (seventh H200 session,
-  docs/verification.md); `--workload code` benches the code suite's chats as before 2026-12-02.
+  built here. The toys learnt raw code, and on chat prompts their greedy answers loop (H200,
+  2026-12-01 23:50 UTC, docs/verification.md); `--workload code` benches the code suite's chats as
+  before 2026-12-02.
 - eval: `specq draft eval TARGET DRAFTER` on the bench's workload (same prompts, mode, requests and tokens)
   for every target benched: the offline τ along the served path (`walk_tau`), next to the served τ in
-  `sweeps.md` (issue 18: the offline figure should predict the served one within 10 %). The eval step,
+  `sweeps.md` (the goal: the offline figure should predict the served one within 10 %). The eval step,
   `--trials` and `--budget` were added on 2026-12-02 and have not run on a GPU yet (the pairing is tested on
-  the seventh H200 session's outputs, `tests/unit/benchmarks/test_gpu_check.py`).
+  the outputs of the H200 run of 2026-12-01 23:50 UTC, `tests/unit/benchmarks/test_gpu_check.py`).
 - plan: `specq plan … --engine lmdeploy --cache-max-entry-count R` (R: the ratio the bench's servers ran with,
   specq serve's 0.8 unless SPECQ_ENGINE__CACHE_MAX_ENTRY_COUNT says otherwise) against the NVML peak each
   bench baseline recorded.
@@ -109,7 +110,7 @@ def serve_ratio() -> float:
 def sweep_table(report: dict[str, Any]) -> list[str]:
     """Markdown rows of one bench report: the figures the verification record asks for — the headline
     (client decode-rate) speedup next to the server's decode-rate speedup on the same basis (the median of
-    the trials' own counters) and how far apart they are (issue 16: within 5 % for every k), and the
+    the trials' own counters) and how far apart they are (the goal: within 5 % for every k), and the
     end-to-end figure beside them."""
     rows = [
         "| k | decode tok/s (client) | speedup (headline, decode rate) | e2e tok/s | e2e speedup "

@@ -1,7 +1,7 @@
-"""The Qwen3.5-shaped toy on an H200, run detached with a budget (docs/verification.md). Sixth H200 session,
-2026-12-01: FA3 129 s, drafter 91 s, the MTP bench 11 min for its 5 server starts (3 trials). Seventh: FA3
-148 s, probe 167 s, eval 127 s, the DFlash bench 633 s with `--trials 2`; MTP did not fit after it. One
-session's 30 device minutes hold one bench: pick it with `--methods`.
+"""The Qwen3.5-shaped toy on an H200, run detached with a budget (docs/verification.md). On
+2026-12-01 21:48 UTC: FA3 129 s, drafter 91 s, the MTP bench 11 min for its 5 server starts (3 trials). At
+23:50 UTC: FA3 148 s, probe 167 s, eval 127 s, the DFlash bench 633 s with `--trials 2`; MTP did not fit
+after it. The 30 device minutes of one lent machine hold one bench: pick it with `--methods`.
 
     python benchmarks/gpu_check_qwen35.py --root ROOT --fa3-source DIR [--out gpu-check-qwen35]
         [--awq-target DIR] [--prompts FILE] [--drafter DIR] [--draft-tokens 3..6]
@@ -27,12 +27,12 @@ is below its reserve:
   --draft-model DRAFTER`, each `--draft-tokens 3..6` against its k = 0 baseline (8 requests × 128 tokens,
   warm-up to steady state, `--trials` trials). The workload: `--prompts FILE --mode completion` when given
   (`specq toy prompts FILE`, made where the toy was built: its held-out split is that machine's standard
-  library), else the code suite's chats, which the toys answer with a loop (sixth H200 session).
+  library), else the code suite's chats, which the toys answer with a loop (H200, 2026-12-01 21:48 UTC).
 
 LMDeploy's PyTorch engine needs flash-linear-attention and tilelang (with z3-solver) for the Gated DeltaNet
 layers on CUDA, at the versions lmdeploy's wheel requires (tilelang==0.1.11 for 0.18.0); a source tree
 without metadata, as on the project's H200, gets neither. `specq bench` refuses up front without them or
-at another version (third and fifth H200 sessions, 2026-12-01: docs/verification.md). `sweeps.md` holds
+at another version (H200 runs of 2026-12-01 06:33 and 10:55 UTC: docs/verification.md). `sweeps.md` holds
 one Markdown table per sweep (benchmarks/gpu_check.py's `sweep_table`)."""
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def main() -> int:
         make = [*probe, "make", str(args.awq_target), str(out / "probe"), "--target", str(target)]
         if step("probe-make", make, 30)["exit"] == 0:
             step("probe", [*probe, "run", str(out / "probe"), "--timeout", "150"], 170)
-    if drafter.exists():  # the offline τ on the benches' prompts, to set beside the served τ (issue 18)
+    if drafter.exists():  # the offline τ on the benches' prompts, to set beside the served τ
         cmd = specq(  # --suite alone decodes chats, as bench does
             "draft", "eval", str(target), str(drafter), *workload, "--requests", "8", "--max-tokens", "128",
             "--device", "cuda", "--json",

@@ -8,12 +8,12 @@
                                                      # GPU: OUT/<case>.log and OUT/results.json
 
 `make` writes each broken copy and what `specq convert` says of it (status, rule, expected error, and the
-`--dtype` specq serve would pass). `awq` is the AWQ checkpoint itself (refused: LMDeploy runs AWQ in fp16
-and the Gated DeltaNet state in bf16; the first H200 run, 2026-12-01, died so at the first prefill), `bf16`
+`--dtype` specq serve would pass). `awq` is the AWQ checkpoint itself (refused: LMDeploy runs AWQ in fp16 and
+the Gated DeltaNet state in bf16; the H200 run of 2026-12-01 08:19 UTC died so at the first prefill), `bf16`
 the unquantized target with `--dtype bfloat16` and `qwen3_5_mtp` (accepted: it must become ready), `no_mtp`
-that target without its `mtp.*` tensors (LMDeploy loads it; the head runs uninitialised), `turbomind` the
-AWQ checkpoint on TurboMind (refused for the toy's vision head dim; skipped where this LMDeploy has no
-TurboMind build: LMDeploy would fall back to the PyTorch engine). Without `--target` the two target cases
+that target without its `mtp.*` tensors (LMDeploy loads it; the head runs uninitialised), `turbomind` the AWQ
+checkpoint on TurboMind (refused for the toy's vision head dim; skipped where this LMDeploy has no TurboMind
+build: LMDeploy would fall back to the PyTorch engine). Without `--target` the two target cases
 are left out. `run` launches every case at once (small KV cache: they are load probes, not benchmarks),
 waits until each is ready, dies, or times out, and records whether the outcome is the predicted one. The
 MTP cases need FlashAttention-3 (LMDeploy's speculative path); the others do not."""

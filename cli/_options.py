@@ -26,6 +26,10 @@ ConfigOpt = Annotated[
     typer.Option("--config", "-c", help="TOML or tutorial-style INI file, or the name of a packaged preset."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+WideOpt = Annotated[
+    bool,
+    typer.Option("--wide", help="Show every column of the bench table (default: fit the terminal, COLUMNS)."),
+]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="More diagnostics on stderr.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only errors on stderr.")]
 

@@ -15,12 +15,21 @@ from typing import Any
 import typer
 from rich.text import Text
 from typer._click.exceptions import ClickException
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 from specq.pipeline import __version__
 from specq.pipeline.errors import SpecqError, Terminated, os_error
 
 from . import _common, _options
+
+
+def _flag_type(self: TyperOption, ctx: Any) -> str | None:
+    """Help shows a flag as its names (`--eval/--no-eval`, `--json`), without a `<bool>` type beside them."""
+    return None if self.is_flag else _option_type(self, ctx)
+
+
+_option_type = TyperOption.display_type_rich
+TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
 
 
 class SpecqGroup(TyperGroup):

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import emit, progress, resolve
+from ._common import emit, out, progress, resolve
 from ._options import (
     BackendOpt,
     ConfigOpt,
@@ -19,6 +19,7 @@ from ._options import (
     MethodOpt,
     OutOpt,
     TpOpt,
+    WideOpt,
 )
 
 Opt = typer.Option
@@ -85,6 +86,7 @@ def bench(
         str | None, Opt("--max-regression", help="Gate: allowed drop, e.g. 5%.")
     ] = None,
     config: ConfigOpt = None,
+    wide: WideOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Benchmark tokens/s, per-token latency, acceptance (from /metrics), NVML telemetry and the best
@@ -117,5 +119,5 @@ def bench(
         ),
     )  # fmt: skip
     report = run_bench(BenchRequest.from_config(cfg), progress=progress, out_dir=out_dir)
-    emit(report, as_json, lambda r: render(r, "table"))
+    emit(report, as_json, lambda r: render(r, "table", width=out.width, wide=wide))
     enforce_gates(report)

@@ -10,28 +10,39 @@ import typer
 
 from specq.pipeline.demo import run_demo
 
-from ._common import emit, progress
-from ._options import JsonOpt, OutOpt
+from ._common import emit, out, progress
+from ._options import JsonOpt, OutOpt, WideOpt
 
 
 def demo(
     out_dir: OutOpt = None,
-    quick: Annotated[bool, typer.Option("--quick", help="Fewer prompts and tokens (what CI runs).")] = False,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Fewer prompts and tokens, one trial (what CI runs).")
+    ] = False,
+    wide: WideOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Run the whole pipeline on the project's toy models, on CPU, with no downloads: build the toy pair,
     quantize the target to 4-bit GPTQ, check it with convert (and repack it to AWQ), serve it with the
-    embedded engine and the toy draft, and sweep --draft-tokens 3..6 against the baseline. Every artifact goes
-    to the --out directory (must be empty; default specq-out/demo-TIME).
+    embedded engine and the toy draft, and sweep --draft-tokens 3..6 against the baseline, two trials per run
+    (--quick: one). Every artifact goes to the --out directory (must be empty; default specq-out/demo-TIME);
+    the toy pair is cached in ${SPECQ_CACHE:-~/.cache/specq}/toy. When a run's measurement and its warm-up
+    differ by more than 2x, or its trials by more than 25 %, the demo says the figures are noise.
 
     Example: specq demo --quick --out /tmp/specq-demo
     """
     if out_dir is None:
         out_dir = Path("specq-out") / time.strftime("demo-%Y%m%d-%H%M%S")
+    from specq.pipeline.report import BenchReport
+    from specq.pipeline.report.formatters import render
+
     result = run_demo(out_dir, quick=quick, progress=progress)
     times = ", ".join(f"{k} {v:.0f} s" for k, v in result.stage_seconds.items())
     diagnostics = [
+        f"toy models: {result.toy_cache} (SPECQ_CACHE moves them; default ~/.cache/specq)",
         f"reports: {Path(result.bench_report).parent} (report.json, runs.csv, summary.md, plots/)",
-        f"demo finished in {result.seconds:.0f} s: {times}",
+        f"demo finished in {result.seconds:.0f} s: {times}; {result.trials} measured trial(s) per run",
     ]
-    emit(result, as_json, lambda r: r.summary_table, diagnostics)
+    report = BenchReport.load(result.bench_report)
+    # the table's notes say when the machine was busy (result.noise holds the same lines for --json)
+    emit(result, as_json, lambda r: render(report, "table", width=out.width, wide=wide), diagnostics)

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from ._common import emit
-from ._options import JsonOpt
+from ._common import emit, out
+from ._options import JsonOpt, WideOpt
 
 report_app = typer.Typer(help="Show and compare saved benchmark reports.", no_args_is_help=True)
 
@@ -17,6 +17,7 @@ report_app = typer.Typer(help="Show and compare saved benchmark reports.", no_ar
 def show(
     run: Annotated[Path, typer.Argument(help="A report.json written by specq bench.")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | md | csv | json.")] = "table",
+    wide: WideOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Render a saved benchmark report.
@@ -26,7 +27,7 @@ def show(
     from specq.pipeline.report import BenchReport
     from specq.pipeline.report.formatters import render
 
-    emit(BenchReport.load(run), as_json, lambda r: render(r, fmt))
+    emit(BenchReport.load(run), as_json, lambda r: render(r, fmt, width=out.width, wide=wide))
 
 
 @report_app.command("compare")

@@ -13,6 +13,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from specq.pipeline.config import config_to_toml
+from specq.pipeline.errors import UsageError
 from specq.pipeline.serve import run
 
 from ._common import emit, progress, resolve
@@ -121,6 +122,14 @@ def start(
                 "api_keys_env": api_keys_env, "api_keys_file": api_keys_file},
         speculative={"method": method},
     )  # fmt: skip
+    asked = cfg.model.draft_model_path or cfg.speculative.method
+    if asked and not cfg.model.draft_tokens and draft_tokens is None:
+        # A drafter with no draft-token count would serve without speculation, silently: refuse instead.
+        what = "--draft-model" if cfg.model.draft_model_path else f"--method {cfg.speculative.method}"
+        raise UsageError(
+            f"{what} without --draft-tokens: give --draft-tokens K (1..15) to speculate "
+            "(`specq bench` measures which K is fastest), or --draft-tokens 0 to serve without speculation"
+        )
     if dry_run:
         toml = config_to_toml(cfg, run.STAGES["serve"]).rstrip()
         emit(run.dry_run(cfg, run_dir, progress), as_json, lambda r: r.command_line, [toml])

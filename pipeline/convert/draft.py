@@ -4,7 +4,7 @@ method that means, whether it fits the target, and the largest draft-token count
 The compatibility checks themselves are `engines.speculation.check_draft` (DFlash
 `num_target_layers`, `target_layer_ids`, `block_size` ≥ K + 1, hidden size, vocabulary; EAGLE hidden size; a
 plain draft model's tokenizer), so `specq convert` and `specq serve` give the same answers. One rule is added
-here: a DFlash drafter must not read the target's last layer (issue 10: transformers returns it post-norm,
+here: a DFlash drafter must not read the target's last layer (transformers returns it post-norm,
 LMDeploy uses it pre-norm)."""
 
 from __future__ import annotations

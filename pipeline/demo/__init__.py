@@ -17,8 +17,16 @@ from ..config.models import QuantizeSection
 from ..errors import InputError, os_error
 from ..fsutil import check_writable
 from ..progress import Progress, null_progress
+from ..report.noise import NOISE_FACTOR, NOISE_SPREAD, noise_warnings
+
+__all__ = [
+    "NOISE_FACTOR", "NOISE_SPREAD", "TRIALS", "DemoResult", "demo_config", "noise_warnings", "run_demo",
+]  # fmt: skip
 
 STAGES = ("toy pair", "quantize", "convert", "serve + bench")
+
+# Measured trials per run: two by default, so the spread is shown; --quick (what CI runs): one.
+TRIALS = 2
 
 
 class DemoResult(BaseModel):
@@ -35,6 +43,11 @@ class DemoResult(BaseModel):
     bench_files: dict[str, str]
     summary_table: str
     best_k: dict[str, Any] | None = None
+    toy_cache: str = ""  # where the toy pair lives: ${SPECQ_CACHE:-~/.cache/specq}/toy
+    trials: int = 1
+    noise: list[str] = Field(
+        default_factory=list
+    )  # why the figures are noise (`noise_warnings`); empty: none
 
 
 def demo_config(
@@ -48,6 +61,7 @@ def demo_config(
     }
     if prompts is not None:
         flags["bench"].update(prompts=str(prompts), mode="completion")
+    flags["bench"]["trials"] = 1 if quick else TRIALS
     if quick:
         flags["bench"].update(requests=4, max_tokens=32, warmup=1)
     return resolve_config("cpu-demo", flags=flags)
@@ -60,6 +74,7 @@ def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_
     from ..quantize import QuantizeRequest, quantize
     from ..report.formatters import render
     from ..toy import ToyRequest, build_toy_pair
+    from ..toy.build import cache_root
     from ..toy.corpus import load_corpus, write_completion_prompts, write_jsonl
 
     out = Path(out)
@@ -129,4 +144,7 @@ def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_
         bench_files=files,
         summary_table=render(report, "table"),
         best_k=report.best_k.model_dump(mode="json") if report.best_k else None,
+        toy_cache=str(cache_root()),
+        trials=cfg.bench.trials or 1,
+        noise=noise_warnings(report),
     )

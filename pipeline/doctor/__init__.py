@@ -144,7 +144,8 @@ def _lmdeploy_checks() -> list[Check]:
                 name="lmdeploy",
                 status="warn",
                 detail="not installed",
-                fix="on a GPU machine: pip install 'specq[lmdeploy]' (lmdeploy 0.18.x)",
+                fix="on a GPU machine: make install-gpu in a clone, or pip install 'specq[lmdeploy]' "
+                "(lmdeploy 0.18.x)",
             )
         )
     else:

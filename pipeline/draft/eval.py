@@ -249,7 +249,15 @@ def _evaluate(
 
     t0 = time.perf_counter()
     draft, target_ckpt = Checkpoint(draft_path), Checkpoint(target_path)
-    checked = contract.validate_drafter(draft, target_ckpt)
+    try:
+        checked = contract.validate_drafter(draft, target_ckpt)
+    except InputError as e:
+        if "dflash_config" not in draft.config:  # a plain draft model (the toy's own), not a DFlash drafter
+            raise InputError(
+                f"{e}; draft eval measures DFlash drafters: `specq draft train {target_path} --out DIR` "
+                "makes one for this target"
+            ) from None
+        raise
     validate_checkpoint(draft, role="drafter")
     validate_checkpoint(target_ckpt, role="target")
     device = pick_device(cfg.device)

@@ -150,7 +150,13 @@ class MemoryPlan(BaseModel):
     kv_cache_tokens: int
     cache_max_entry_count: float | None = Field(description="lmdeploy: the value used (given or recommended)")
     cache_max_entry_count_given: bool = False
-    max_session_len: int = Field(description="longest session_len that fits at `batch` (0: none)")
+    max_session_len: int = Field(
+        description="longest session_len that fits at `batch` (0: none), at most the model's positions"
+    )
+    max_position_embeddings: int | None = Field(None, description="the target's positions (config.json)")
+    max_session_len_memory: int | None = Field(
+        None, description="the longest session memory alone allows, when the model's positions cap it lower"
+    )
     max_batch_at_session_len: int | None
     peak_bytes: int = Field(description="predicted peak device memory (NVML view, context included)")
     peak_allocated_bytes: int = Field(description="predicted torch allocator peak (context excluded)")
@@ -478,6 +484,7 @@ def plan_memory(
         for r, g in enumerate(per_gpu or [_single_gpu(plan, inputs.safety)])
     ]
     plan.notes = _assumptions(plan, t, eng, k if speculating else 0, include_mtp)
+    _cap_at_positions(plan, inputs.t.ckpt.config)
     _finish(plan, inputs.t, inputs.d, inputs.safety)
     return plan
 
@@ -491,6 +498,27 @@ def _single_gpu(plan: MemoryPlan, safety: int) -> dict[str, Any]:
         "activation_bytes": plan.activation_bytes, "cuda_graph_bytes": plan.cuda_graph_bytes,
         "safety_bytes": safety, "peak_bytes": plan.peak_bytes, "fits": plan.fits,
     }  # fmt: skip
+
+
+def _cap_at_positions(plan: MemoryPlan, config: dict[str, Any]) -> None:
+    """A session cannot be longer than the model's positions, whatever memory allows: the recommended
+    session length stops at `max_position_embeddings` (the text config's, for a multimodal model)."""
+    text = config.get("text_config") or config
+    positions = text.get("max_position_embeddings") if isinstance(text, dict) else None
+    if not isinstance(positions, int) or positions <= 0:
+        return
+    plan.max_position_embeddings = positions
+    if plan.max_session_len > positions:
+        plan.max_session_len_memory = plan.max_session_len
+        plan.max_session_len = positions
+        plan.notes.append(
+            f"session length capped at the model's max_position_embeddings {positions} "
+            f"(memory alone would allow {plan.max_session_len_memory})"
+        )
+    if plan.session_len and plan.session_len > positions:
+        plan.notes.append(
+            f"--session-len {plan.session_len} is beyond the model's max_position_embeddings {positions}"
+        )
 
 
 def _assumptions(plan: MemoryPlan, t: _Model, engine: ServerName, spec: int, include_mtp: bool) -> list[str]:

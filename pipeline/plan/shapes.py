@@ -6,7 +6,8 @@ config (the paper check of a 27B model needs no 50 GB download).
 Sources for the layouts: transformers' `qwen3`, `qwen3_next` and `qwen3_5` modelling code (projection shapes),
 LMDeploy's `pytorch/configurations/qwen3_5.py` (the per-sequence state shapes it allocates: conv state
 `(layers, 2*key_dim + value_dim, conv_kernel)` and recurrent state
-`(layers, v_heads, k_head_dim, v_head_dim)`, both bf16), and the DFlash checkpoint contract (issue 10)."""
+`(layers, v_heads, k_head_dim, v_head_dim)`, both bf16), and the DFlash checkpoint contract
+(`pipeline/draft/contract.py`)."""
 
 from __future__ import annotations
 

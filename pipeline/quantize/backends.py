@@ -101,7 +101,7 @@ REFUSED = {
 REFUSED["auto_gptq"] = REFUSED["autogptq"] = REFUSED["auto-gptq"]
 
 
-# Model types a backend cannot quantize, with the reason, refused before any work (issue 17). gptqmodel 7.6
+# Model types a backend cannot quantize, with the reason, refused before any work. gptqmodel 7.6
 # has `qwen3_5`/`qwen3_5_text` definitions (gptqmodel/models/definitions/qwen3_5*.py) and is the one that can.
 _QWEN35 = ("qwen3_5", "qwen3_5_text")
 ARCHITECTURE_REFUSALS: dict[str, dict[str, str]] = {

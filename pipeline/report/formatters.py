@@ -9,18 +9,22 @@ import csv
 import io
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..fsutil import atomic_write_text
-from .models import BenchReport, Run
+from .models import BenchReport, HeadlineBasis, Run
+from .noise import noise_warnings
 from .rates import BASIS_NAMES, run_rate
 
 Formatter = Callable[[BenchReport], str]
 FORMATTERS: dict[str, Formatter] = {}
 
 
-def formatter(name: str) -> Callable[[Formatter], Formatter]:
-    def deco(fn: Formatter) -> Formatter:
+F = TypeVar("F", bound=Callable[..., str])
+
+
+def formatter(name: str) -> Callable[[F], F]:
+    def deco(fn: F) -> F:
         FORMATTERS[name] = fn
         return fn
 
@@ -115,28 +119,35 @@ def to_csv(report: BenchReport) -> str:
     return buf.getvalue()
 
 
+# (header, row key, format, priority): a table narrower than all of them leaves out the highest priority
+# numbers first (secondary figures; 0 = always shown). `specq bench --wide` shows every column.
 COLUMNS = [
-    ("run", "run", None),
-    ("c", "concurrency", None),
-    ("status", "status", None),
-    ("ok/req", None, None),
-    ("warm", None, None),
-    ("trials", None, None),
-    ("dec tok/s", "decode_tokens_per_s", ".1f"),
-    ("±", "decode_tokens_per_s_spread", ".0%"),
-    ("dec speedup", "decode_rate_speedup", ".2f"),
-    ("e2e tok/s", "output_tokens_per_s", ".1f"),
-    ("±", "tokens_per_s_spread", ".0%"),
-    ("e2e speedup", "e2e_speedup", ".2f"),
-    ("step cost", "step_cost_ratio", ".2f"),
-    ("TTFT p50 ms", "ttft_p50_s", ".1f"),
-    ("TPOT ms", "tpot_mean_s", ".2f"),
-    ("ITL p90 ms", "itl_p90_s", ".2f"),
-    ("accept", "acceptance_rate", ".1%"),
-    ("τ", "acceptance_length", ".2f"),
-    ("lossless", "lossless_exact_match", ".0%"),
-    ("check", None, None),
+    ("run", "run", None, 0),
+    ("c", "concurrency", None, 6),
+    ("status", "status", None, 1),
+    ("ok/req", None, None, 8),
+    ("warm", None, None, 11),
+    ("trials", None, None, 7),
+    ("dec tok/s", "decode_tokens_per_s", ".1f", 0),
+    ("±", "decode_tokens_per_s_spread", ".0%", 0),
+    ("dec speedup", "decode_rate_speedup", ".2f", 0),
+    ("e2e tok/s", "output_tokens_per_s", ".1f", 9),
+    ("±", "tokens_per_s_spread", ".0%", 10),
+    ("e2e speedup", "e2e_speedup", ".2f", 4),
+    ("step cost", "step_cost_ratio", ".2f", 5),
+    ("TTFT p50 ms", "ttft_p50_s", ".1f", 12),
+    ("TPOT ms", "tpot_mean_s", ".2f", 13),
+    ("ITL p90 ms", "itl_p90_s", ".2f", 14),
+    ("accept", "acceptance_rate", ".1%", 3),
+    ("τ", "acceptance_length", ".2f", 0),
+    ("lossless", "lossless_exact_match", ".0%", 2),
+    ("check", None, None, 0),
 ]
+# Shorter headers for a narrow table
+SHORT = {
+    "dec tok/s": "dec t/s", "dec speedup": "dec ×", "e2e tok/s": "e2e t/s", "e2e speedup": "e2e ×",
+    "step cost": "step", "TTFT p50 ms": "TTFT ms", "ITL p90 ms": "ITL90 ms", "lossless": "lossl.",
+}  # fmt: skip
 MS = {"ttft_p50_s", "tpot_mean_s", "itl_p90_s"}
 
 
@@ -152,7 +163,7 @@ def _check(run: Run) -> str:
 
 def _cells(row: dict[str, Any]) -> list[str]:
     out = []
-    for name, key, spec in COLUMNS:
+    for name, key, spec, _ in COLUMNS:
         if name == "warm":
             steady = {True: "", False: "!", None: ""}[row["warmup_steady"]]
             out.append(f"{row['warmup_passes']}{steady}")
@@ -169,65 +180,153 @@ def _cells(row: dict[str, Any]) -> list[str]:
     return out
 
 
-def _footer(report: BenchReport) -> list[str]:
-    lines = []
-    if report.headline:
-        lines.append(report.headline.text)
-    if report.best_k:
-        bk = report.best_k
-        line = f"recommended draft tokens: k={bk.recommended_k} (predicted {bk.predicted_speedup:.2f}x)"
-        if bk.predicted_speedup < 1.0:
-            line += " - below 1: speculation does not pay off here; serve without it"
-        lines.append(line)
+def recommendation(report: BenchReport) -> list[str]:
+    """The draft-token count to serve with, chosen among the k that were measured (the step-cost model's
+    pick beside it when that k was not measured, marked so, with the sweep that would measure it)."""
+    bk = report.best_k
+    if bk is None:
+        return []
+    measured = {
+        int(r["k"]): float(r["measured_speedup"]) for r in bk.rows if r.get("measured_speedup") is not None
+    }
+    predicted = f"k={bk.recommended_k} (predicted {bk.predicted_speedup:.2f}x)"
+    if not measured:
+        lines = [f"draft tokens: the step-cost model predicts {predicted}; not measured"]
         if bk.step_cost_basis:
             lines.append(
                 f"step cost {bk.step_cost_fixed:.2f} + {bk.step_cost_per_token:.3f}·k ({bk.step_cost_basis})"
             )
-        if bk.edge:
-            lines.append(bk.edge)
+        return lines
+    best = max(measured, key=lambda k: measured[k])
+    line = f"recommended draft tokens: k={best} (measured {measured[best]:.2f}x)"
+    if max(measured.values()) < 1.0:
+        line += " - below 1 at every measured k: speculation does not pay off here; serve without it"
+    lines = [line]
+    if bk.recommended_k not in measured and bk.predicted_speedup > measured[best]:
+        lines.append(
+            f"the step-cost model predicts {predicted}, which was not measured: "
+            f"try --draft-tokens {bk.recommended_k}"
+        )
+    if bk.step_cost_basis:
+        lines.append(
+            f"step cost {bk.step_cost_fixed:.2f} + {bk.step_cost_per_token:.3f}·k ({bk.step_cost_basis})"
+        )
+    if bk.edge:
+        lines.append(bk.edge)
+    return lines
+
+
+def _once(lines: list[tuple[str, str]]) -> list[str]:
+    """Per-run lines ("k=4@c1", text): a text that several runs share is printed once, naming them all."""
+    keys: dict[str, list[str]] = {}
+    for key, text in lines:
+        keys.setdefault(text, [])
+        if key not in keys[text]:
+            keys[text].append(key)
+    return [f"{', '.join(ks)}: {text}" for text, ks in keys.items()]
+
+
+def _footer(report: BenchReport) -> list[str]:
+    lines = []
+    if report.headline:
+        lines.append(report.headline.text)
+    lines += [f"NOISE: {n}" for n in noise_warnings(report)]  # before any k is recommended from them
+    lines += recommendation(report)
     for g in report.gates:
         lines.append(f"gate {g.name}: {'passed' if g.passed else 'FAILED'} — {g.reason}")
     if not report.complete:
         why = [n for n in report.notes if n.startswith(("interrupted", "incomplete"))]
         lines.append("INCOMPLETE report: " + ("; ".join(why) or "not every run was measured"))
     lines += [n for n in report.notes if not n.startswith(("interrupted", "incomplete"))]
+    per_run: list[tuple[str, str]] = []
     for r in report.runs:
         if r.status != "ok" and r.reason:
-            lines.append(f"{r.key}: {r.status}: {r.reason}")
+            per_run.append((r.key, f"{r.status}: {r.reason}"))
         for f in r.flags:
-            lines.append(f"{r.key}: {f}")
+            per_run.append((r.key, f))
         if r.acceptance and r.acceptance.client_disagrees:
-            lines.append(
-                f"{r.key}: client tokens/chunk {r.acceptance.client_tokens_per_chunk:.2f} differs from the "
+            per_run.append((r.key,
+                f"client tokens/chunk {r.acceptance.client_tokens_per_chunk:.2f} differs from the "
                 f"server's τ {r.acceptance.acceptance_length:.2f} (expected unless one chunk = one step)"
-            )
+            ))  # fmt: skip
         if r.aggregate.token_count_mismatches:
-            lines.append(f"{r.key}: tokenizer recount differs from the server's usage in "
-                         f"{r.aggregate.token_count_mismatches} request(s); the rates use the server's count "
-                         "(generated tokens need not re-tokenize the same way)")  # fmt: skip
+            n = r.aggregate.token_count_mismatches
+            per_run.append((r.key, f"tokenizer recount differs from the server's usage in {n} request(s); "
+                            "the rates use the server's count (generated tokens need not re-tokenize "
+                            "the same way)"))  # fmt: skip
         if r.lossless and not r.lossless.passed:
             first = r.lossless.mismatches[0] if r.lossless.mismatches else {}
             differ = r.lossless.compared - r.lossless.exact_matches
-            lines.append(
-                f"{r.key}: outputs differ from the baseline in {differ}/{r.lossless.compared} prompts "
+            per_run.append((r.key,
+                f"outputs differ from the baseline in {differ}/{r.lossless.compared} prompts "
                 f"(first: {first.get('id')} at {r.lossless.unit[:-1]} {first.get('first_divergence')})"
-            )
-    return lines
+            ))  # fmt: skip
+    return list(dict.fromkeys(lines + _once(per_run)))
 
 
-@formatter("table")
-def to_table(report: BenchReport) -> str:
+def _table_text(title: str | None, columns: list[tuple[str, int]], rows: list[list[str]], width: int) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"specq bench — {report.engine.name or '?'} {report.engine.model or ''}".strip())
-    for name, _, _ in COLUMNS:
-        t.add_column(name, justify="left" if name in ("run", "status") else "right")
-    for row in run_rows(report):
-        t.add_row(*_cells(row))
+    t = Table(title=title)
+    for name, _ in columns:
+        t.add_column(name, justify="left" if name in ("run", "status") else "right", no_wrap=True)
+    for row in rows:
+        t.add_row(*row)
     buf = io.StringIO()
-    Console(file=buf, width=280, force_terminal=False, color_system=None).print(t)
-    return buf.getvalue() + "".join(line + "\n" for line in _footer(report))
+    Console(file=buf, width=width, force_terminal=False, color_system=None, markup=False).print(t)
+    return buf.getvalue()
+
+
+@formatter("table")
+def to_table(report: BenchReport, width: int | None = None, wide: bool = False) -> str:
+    """The run table and its notes. `width` (the terminal's columns): secondary columns are left out, by
+    COLUMNS' priority, and headers shortened until the table fits, and a last line names what was left
+    out; None or `wide`: every column (what report files and library callers get)."""
+    title = f"specq bench — {report.engine.name or '?'} {report.engine.model or ''}".strip()
+    rows = [_cells(row) for row in run_rows(report)]
+    columns = [(name, prio) for name, _, _, prio in COLUMNS]
+    if width is None or wide:
+        return _table_text(title, columns, rows, 400) + "".join(line + "\n" for line in _footer(report))
+    keep = list(range(len(columns)))
+    left_out: list[str] = []
+
+    def text(title: str | None = None) -> str:
+        cols = [(SHORT.get(columns[i][0], columns[i][0]), columns[i][1]) for i in keep]
+        return _table_text(title, cols, [[row[i] for i in keep] for row in rows], width if title else 400)
+
+    def fits(rendered: str) -> bool:
+        return max(len(line) for line in rendered.splitlines() or [""]) <= width
+
+    # Columns that say nothing here go first: nothing measured, one concurrency, every status the same.
+    for i in list(keep):
+        name, _ = columns[i]
+        values = {row[i] for row in rows}
+        if name != "run" and (values <= {"-"} or (name in ("c", "status") and len(values) == 1)):
+            keep.remove(i)
+    rendered = text()
+    for prio in sorted({p for _, p in columns if p}, reverse=True):
+        if fits(rendered):
+            break
+        for i in [i for i in keep if columns[i][1] == prio]:
+            keep.remove(i)
+            left_out.append(columns[i][0])
+        rendered = text()
+    rendered = text(title)
+    if left_out:
+        rendered += (
+            _wrap(
+                f"left out to fit {width} columns: {', '.join(left_out)} (--wide shows every column)", width
+            )
+            + "\n"
+        )
+    return rendered + "".join(_wrap(line, width) + "\n" for line in _footer(report))
+
+
+def _wrap(line: str, width: int) -> str:
+    import textwrap
+
+    return textwrap.fill(line, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
 
 
 @formatter("md")
@@ -246,7 +345,7 @@ def to_markdown(report: BenchReport) -> str:
         f"max_tokens {w.max_tokens}, temperature {w.temperature:g})",
         "",
         *([f"**{report.headline.text}**", ""] if report.headline else []),
-        "| " + " | ".join(n for n, _, _ in COLUMNS) + " |",
+        "| " + " | ".join(n for n, *_ in COLUMNS) + " |",
         "|" + "|".join("---" for _ in COLUMNS) + "|",
     ]
     for row in run_rows(report):
@@ -261,9 +360,58 @@ def to_markdown(report: BenchReport) -> str:
             )
         lines.append("")
     foot = [x for x in _footer(report) if not report.headline or x != report.headline.text]
-    if foot or report.notes:
-        lines += ["## Notes", ""] + [f"- {x}" for x in foot + report.notes] + [""]
+    if foot:  # the report's notes are among them, once
+        lines += ["## Notes", ""] + [f"- {x}" for x in foot] + [""]
     return "\n".join(lines)
+
+
+def _trial_range(runs: list[Run], medians: list[float], basis: str) -> list[list[float]]:
+    """Error bars (below, above) from each run's trials: their min and max around the plotted median."""
+    below, above = [], []
+    for r, m in zip(runs, medians, strict=True):
+        s = r.decode_throughput if basis == "decode" else r.throughput
+        below.append(max(0.0, m - s.min) if s.min is not None else 0.0)
+        above.append(max(0.0, s.max - m) if s.max is not None else 0.0)
+    return [below, above]
+
+
+def throughput_figure(spec: list[Run], bases: list[Run], basis: HeadlineBasis, conc: int) -> Any:
+    """Two panels sharing the k axis (integer ticks): tok/s above with the baseline as a line, speedup
+    below with 1x as a line; each point the median of the run's trials, its error bar their range."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(6.4, 6), sharex=True)
+    ks = [r.draft_tokens for r in spec]
+    if spec:
+        rates = [run_rate(r, basis) or 0.0 for r in spec]
+        ax.errorbar(
+            ks, rates, yerr=_trial_range(spec, rates, basis), fmt="o-", capsize=3, label="speculative"
+        )
+    for b in bases:
+        ax.axhline(run_rate(b, basis) or 0, ls="--", color="gray", label=b.label)
+    ax.set_ylabel("decode tokens/s (TTFT excluded)" if basis == "decode" else "output tokens/s (end to end)")
+    ax.set_title(f"Throughput and speedup vs k (concurrency {conc})")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="best")
+    with_speedup = [r for r in spec if r.speedup is not None]
+    if with_speedup:
+        sp = [r.speedup or 0.0 for r in with_speedup]
+        low = [
+            max(0.0, v - (r.speedup_low if r.speedup_low is not None else v))
+            for r, v in zip(with_speedup, sp, strict=True)
+        ]
+        high = [
+            max(0.0, (r.speedup_high if r.speedup_high is not None else v) - v)
+            for r, v in zip(with_speedup, sp, strict=True)
+        ]
+        ax2.errorbar([r.draft_tokens for r in with_speedup], sp, yerr=[low, high], fmt="s-", capsize=3,
+                     color="tab:orange")  # fmt: skip
+    ax2.axhline(1.0, color="gray", ls="--", lw=0.8)
+    ax2.set_ylabel(f"{BASIS_NAMES[basis]} speedup (x)")
+    ax2.set_xlabel("draft tokens k")
+    if ks:
+        ax2.set_xticks(sorted(set(ks)))  # integer k only
+    return fig
 
 
 def plot(report: BenchReport, out_dir: Path) -> list[Path]:
@@ -284,23 +432,7 @@ def plot(report: BenchReport, out_dir: Path) -> list[Path]:
     spec = sorted((r for r in runs if not r.baseline and r.draft_tokens > 0), key=lambda r: r.draft_tokens)
     bases = [r for r in runs if r.baseline]
 
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    if spec:
-        ax.plot([r.draft_tokens for r in spec], [run_rate(r, basis) or 0.0 for r in spec], "o-",
-                label="speculative")  # fmt: skip
-    for b in bases:
-        ax.axhline(run_rate(b, basis) or 0, ls="--", color="gray", label=b.label)
-    ax.set_xlabel("draft tokens k")
-    ax.set_ylabel("decode tokens/s (TTFT excluded)" if basis == "decode" else "output tokens/s (end to end)")
-    ax.set_title(f"Throughput vs k (concurrency {conc})")
-    if any(r.speedup for r in spec):
-        ax2 = ax.twinx()
-        ax2.plot([r.draft_tokens for r in spec], [r.speedup or 0 for r in spec], "s:", color="tab:orange",
-                 label="speedup")  # fmt: skip
-        ax2.axhline(1.0, color="tab:orange", lw=0.5)
-        ax2.set_ylabel(f"{BASIS_NAMES[basis]} speedup over baseline")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="lower left")
+    fig = throughput_figure(spec, bases, basis, conc)
     fig.tight_layout()
     written.append(out_dir / "throughput_vs_k.png")
     fig.savefig(written[-1], dpi=100)
@@ -370,9 +502,12 @@ def compare_table(rows: list[dict[str, Any]], a_name: str, b_name: str) -> str:
     return buf.getvalue()
 
 
-def render(report: BenchReport, fmt: str) -> str:
+def render(report: BenchReport, fmt: str, width: int | None = None, wide: bool = False) -> str:
+    """The report in format `fmt`; `width` and `wide` shape the table (see `to_table`), not the files."""
     from ..errors import UsageError
 
     if fmt not in FORMATTERS:
         raise UsageError(f"unknown format '{fmt}'; choose one of {', '.join(sorted(FORMATTERS))}")
+    if fmt == "table":
+        return to_table(report, width=width, wide=wide)
     return FORMATTERS[fmt](report)

@@ -25,7 +25,8 @@ def table_text(table: Table, width: int) -> str:
     from rich.console import Console
 
     buf = io.StringIO()
-    Console(file=buf, width=width, color_system=None, soft_wrap=False).print(table)
+    # markup=False: cells hold paths and commands such as pip install 'specq[lmdeploy]', never rich markup
+    Console(file=buf, width=width, color_system=None, soft_wrap=False, markup=False).print(table)
     return buf.getvalue()
 
 

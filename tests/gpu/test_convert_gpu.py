@@ -1,7 +1,7 @@
-"""GPU check of issue 9 (run by `make gpu-check` on the H200): a GPTQ checkpoint repacked by `specq convert
---to awq` loads in LMDeploy 0.18's PyTorch engine and decodes greedily the same tokens as the GPTQ source
-dequantized to fp16 in transformers on CUDA; and `specq convert`'s verdict agrees with the engine. Skips
-cleanly without CUDA or lmdeploy. Run with `-s` to see whether the match was exact."""
+"""GPU check of `specq convert`'s GPTQ → AWQ repack (run by `make gpu-check` on the H200): a GPTQ checkpoint
+repacked by `specq convert --to awq` loads in LMDeploy 0.18's PyTorch engine and decodes greedily the same
+tokens as the GPTQ source dequantized to fp16 in transformers on CUDA; and `specq convert`'s verdict agrees
+with the engine. Skips cleanly without CUDA or lmdeploy. Run with `-s` to see whether the match was exact."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The planner against a measured peak on a CUDA GPU (issue 5/8: within 10 %).
+"""The planner against a measured peak on a CUDA GPU (the goal: within 10 %).
 
 Checked mode: `engine="embedded"` (transformers generation, no preallocated cache). The toy target (and, in
 the second case, the toy draft through assisted generation) is loaded on CUDA, generates exactly

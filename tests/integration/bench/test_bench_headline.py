@@ -65,7 +65,7 @@ def test_the_headline_is_the_decode_rate_speedup_with_the_end_to_end_figure_besi
     assert spec.speedup == spec.decode_rate_speedup and spec.speedup_low == spec.decode_rate_speedup_low
     assert spec.speedup_low is not None and spec.speedup_high is not None
     assert spec.speedup_low <= spec.speedup <= spec.speedup_high
-    # within 5 % of the decode-rate speedup the server's own counters give (issue 16's H200 criterion)
+    # within 5 % of the decode-rate speedup the server's own counters give (the H200 criterion of 2026-12-01)
     assert spec.step_cost_source == "server" and spec.decode_speedup is not None
     assert spec.speedup == pytest.approx(spec.decode_speedup, rel=0.05)
     # end to end is lower by what TTFT predicts: each request takes its TTFT plus its decode time, 2.5x

@@ -1,4 +1,4 @@
-"""Issue 17: the trained Qwen3.5-shaped toy through the stages after it — quantize (gptqmodel AWQ with
+"""The trained Qwen3.5-shaped toy through the stages after it — quantize (gptqmodel AWQ with
 `--for plain`: `--for speculative` refuses Qwen3.5), convert's verdicts with LMDeploy 0.18's Qwen3.5 rules,
 and plan with the recurrent state of its linear-attention layers. The tiny *random* Qwen3.5
 (tests/tinymodel.py) covers each stage's refusals; this file proves the same stages on the trained toy."""

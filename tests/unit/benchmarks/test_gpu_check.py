@@ -1,5 +1,6 @@
-"""benchmarks/gpu_check.py's tables on the seventh H200 session's real outputs: the bench report of the
-Qwen3.5 toy's DFlash sweep on its held-out prefixes, and `specq draft eval` on the same prompts there."""
+"""benchmarks/gpu_check.py's tables on the real outputs of the H200 run of 2026-12-01 23:50 UTC: the bench
+report of the Qwen3.5 toy's DFlash sweep on its held-out prefixes, and `specq draft eval` on the same prompts
+there."""
 
 import gzip
 import json

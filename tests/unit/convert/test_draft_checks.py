@@ -39,7 +39,7 @@ def test_dflash_problems(make_ckpt, make_draft) -> None:
     r = check_readiness(make_ckpt("awq"), d, draft_tokens=5)
     text = " | ".join(r.draft.problems)
     assert "trained for a 4-layer target" in text
-    assert "include the target's last layer (1)" in text  # issue 10's rule, added by convert
+    assert "include the target's last layer (1)" in text  # the drafter rule convert adds
     assert "block_size 4 allows at most 3 draft tokens" in text
     assert "vocabulary sizes differ" in text
     assert by_engine(r)["pytorch"].status == "refused" and not r.ready

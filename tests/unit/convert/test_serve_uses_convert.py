@@ -1,5 +1,6 @@
 """The serve stage stops a speculative launch on a GPTQ target before start-up with convert's repack advice
-(issue 9), through `pytorch_engine_refusal`; an AWQ target with a bf16 drafter gets an fp16 copy planned."""
+(as `specq convert` decides), through `pytorch_engine_refusal`; an AWQ target with a bf16 drafter gets an
+fp16 copy planned."""
 
 from __future__ import annotations
 

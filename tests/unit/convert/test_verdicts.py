@@ -1,5 +1,5 @@
 """Per-engine verdicts from headers and configs: TurboMind's mirrored rules, the PyTorch engine's quantized
-formats (issue 9's table), broken checkpoints refused with the right reason, the manifest."""
+formats (the table in docs/convert.md), broken checkpoints refused with the right reason, the manifest."""
 
 from __future__ import annotations
 

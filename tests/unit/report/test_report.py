@@ -326,8 +326,9 @@ H200_QWEN35 = H200_1_1.with_name("h200-qwen35-dflash-heldout-1.2.json.gz")
 
 
 def test_a_real_report_on_partly_looping_text_gets_the_note():
-    """The seventh H200 session (2026-12-02): the Qwen3.5 toy, DFlash k = 3..6 on its held-out code prefixes.
-    3 of the 8 outputs loop, so no flag but a note; the one divergence is the same prompt at every k."""
+    """The H200 run of 2026-12-01 23:50 UTC (commit a5e0617): the Qwen3.5 toy, DFlash k = 3..6 on its
+    held-out code prefixes. 3 of the 8 outputs loop, so no flag but a note; the one divergence is the same
+    prompt at every k."""
     from specq.pipeline.bench.analysis import partial_repetition_note, repetition_flag
 
     with gzip.open(H200_QWEN35, "rt") as f:
