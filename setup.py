@@ -13,5 +13,9 @@ for name, folder in ROOTS.items():
 setup(
     package_dir=ROOTS,
     packages=packages,
-    package_data={"": ["*.toml", "*.jsonl", "*.json", "*.txt"], "specq.pipeline.workload": ["suites/*.jsonl"]},
+    package_data={
+        "": ["*.toml", "*.jsonl", "*.json", "*.txt"],
+        "specq.pipeline.workload": ["suites/*.jsonl"],
+        "specq.pipeline.engines.lmdeploy_compat": ["*.diff", "boot/*.py"],
+    },
 )

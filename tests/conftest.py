@@ -82,8 +82,8 @@ def tiny_qwen35(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def qwen35_quantized(tiny_qwen35: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The tiny Qwen3.5 quantized by `specq quantize`'s `quantize()` with gptqmodel, once per session:
-    "gptq" and "awq", both --for plain (--for speculative refuses Qwen3.5: engines/qwen35.py), as gptqmodel
-    writes them."""
+    "gptq" (--for plain) and "awq" (--for speculative: the AWQ LMDeploy's PyTorch engine speculates with,
+    through specq's compatibility patch), as gptqmodel writes them."""
     pytest.importorskip("gptqmodel")
     from specq.pipeline.config.models import QuantizeSection
     from specq.pipeline.quantize import QuantizeRequest, quantize
@@ -92,7 +92,7 @@ def qwen35_quantized(tiny_qwen35: Path, tmp_path_factory: pytest.TempPathFactory
     root = tmp_path_factory.mktemp("qwen35-q")
     calib = write_jsonl(root / "calib.jsonl", calibration_rows(1500))
     out = {}
-    for method, target in (("gptq", "plain"), ("awq", "plain")):
+    for method, target in (("gptq", "plain"), ("awq", "speculative")):
         cfg = QuantizeSection.model_validate(
             {"method": method, "for": target, "backend": "gptqmodel", "calib": str(calib), "device": "cpu",
              "samples": 4, "seqlen": 64, "eval_samples": 2}

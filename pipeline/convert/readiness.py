@@ -14,7 +14,7 @@ from ..checkpoint import Checkpoint, validate_checkpoint
 from ..engines import ServerName
 from ..engines.embedded import embedded_verdict
 from ..engines.pytorch import pytorch_engine_verdict
-from ..engines.qwen35 import mtp_findings
+from ..engines.qwen35 import mtp_findings, serve_dtype
 from ..engines.turbomind import turbomind_verdict
 from ..engines.verdict import EngineVerdict, cast_command
 from ..errors import EnvironmentMissing, SpecqError, UsageError
@@ -56,7 +56,8 @@ def _with_draft(
         v = v.model_copy(update={"findings": v.findings + mtp_findings(target)})
     if problems:
         v = _worst(v, "refused", problems)
-    fp16_target = model_format(target) in ("awq", "gptq")
+    # AWQ/GPTQ run in fp16 on the PyTorch engine, except a Gated DeltaNet target (bf16: engines/qwen35.py)
+    fp16_target = model_format(target) in ("awq", "gptq") and serve_dtype(target) is None
     if v.engine == "pytorch" and fp16_target and draft_ckpt is not None and not problems:
         if (draft.dtype or "").lower() not in ("float16", "half"):
             v = _worst(
@@ -122,7 +123,7 @@ def check_readiness(
     if write_manifest:
         path = target.path / MANIFEST
         try:
-            atomic_write_text(path, json.dumps(manifest(report), indent=2) + "\n")
+            atomic_write_text(path, json.dumps(manifest(report, serve_dtype(target)), indent=2) + "\n")
             report.manifest = str(path)
         except (OSError, SpecqError) as e:  # a read-only model directory: the verdicts still stand
             report.notes.append(f"could not write {path}: {getattr(e, 'strerror', None) or e}")
@@ -135,14 +136,16 @@ def _engine_label(engine: str | None) -> str | None:
     )
 
 
-def manifest(report: ConvertReport) -> dict:
-    """What `specq serve` reads: engine choice, model format, draft method, limits, verdicts."""
+def manifest(report: ConvertReport, dtype: str | None = None) -> dict:
+    """What `specq serve` reads: engine choice, model format, the dtype the PyTorch engine runs it in (`dtype`
+    when specq launches it in one, else fp16 for AWQ/GPTQ and the checkpoint's own), draft method, limits,
+    verdicts."""
     return {
         "schema_version": 1,
         "written_by": "specq convert",
         "model": report.model,
         "model_format": report.model_format,
-        "dtype": "float16" if report.model_format in ("awq", "gptq") else report.dtype,
+        "dtype": dtype or ("float16" if report.model_format in ("awq", "gptq") else report.dtype),
         "engine": report.engine,
         "ready": report.ready,
         "draft": report.draft.model_dump() if report.draft else None,

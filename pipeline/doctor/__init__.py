@@ -179,7 +179,26 @@ def _lmdeploy_checks() -> list[Check]:
             )
         )
         add(_linear_attention_check())
+        add(_compat_check())
     return checks
+
+
+def _compat_check() -> Check:
+    """specq's LMDeploy compatibility patch (engines/lmdeploy_compat): installed with specq, and whether it
+    applies to the LMDeploy here, which a 4-bit Qwen3.5 target on the PyTorch engine needs."""
+    from ..engines import lmdeploy_compat
+
+    compat = lmdeploy_compat.status()
+    detail = compat.summary()
+    if compat.ok:
+        return Check(name="lmdeploy-compat", status="ok", detail=detail, fix=None)
+    return Check(
+        name="lmdeploy-compat",
+        status="warn",
+        detail=detail,
+        fix=f"4-bit Qwen3.5 on the PyTorch engine needs lmdeploy=={lmdeploy_compat.SUPPORTED_VERSION}: "
+        f"pip install 'lmdeploy=={lmdeploy_compat.SUPPORTED_VERSION}'",
+    )
 
 
 def _linear_attention_check() -> Check:

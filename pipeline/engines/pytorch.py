@@ -124,9 +124,9 @@ def pytorch_engine_verdict(target: Checkpoint) -> EngineVerdict:
         problems += tensor_problems(target, q)[1] + awq_alignment_problems(target) + arch
         if problems:
             return EngineVerdict(engine="pytorch", status="refused", reasons=problems[:5], findings=findings)
-        return EngineVerdict(
-            engine="pytorch", status="accepted", reasons=["AWQ runs in float16"], findings=findings
-        )
+        runs = qwen35.serve_dtype(target) or "float16"
+        why = f"AWQ runs in {runs}" + (" (specq passes --dtype bfloat16)" if runs != "float16" else "")
+        return EngineVerdict(engine="pytorch", status="accepted", reasons=[why], findings=findings)
     if m == "gptq":
         reason = "refuses GPTQ (LMDeploy 0.18: 'Unsupported quant method: gptq')"
         blockers = repack_blockers(target)

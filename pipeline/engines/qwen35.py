@@ -30,9 +30,10 @@ PyTorch engine (`pytorch/models/qwen3_5.py`, `qwen3_5_mtp.py`, `pytorch/config.p
   under `--dtype auto`. The first prefill then dies in `backends/cuda/causal_conv1d.py` (`RuntimeError:
   index_copy_(): self and source expected to have the same dtype, but got (self) BFloat16 and (source) Half`;
   with speculation `Index put requires the source and destination dtypes match, got BFloat16 …`). So a
-  Qwen3.5 target runs on the PyTorch engine in bf16 only: specq launches unquantized ones with `--dtype
-  bfloat16` (`serve_dtype`), and AWQ (hence every quantized target: GPTQ is refused, compressed-tensors too)
-  is refused (`state_dtype_finding`).
+  Qwen3.5 target runs on the PyTorch engine in bf16 only: specq launches every one with `--dtype bfloat16`
+  (`serve_dtype`). For AWQ that takes specq's compatibility patch for LMDeploy 0.18.0
+  (`engines/lmdeploy_compat`: AWQ honours `--dtype bfloat16`, the W4A16 GEMM runs in fp16 inside); with any
+  other installed LMDeploy a quantized Qwen3.5 is refused (`state_dtype_finding`).
 
 TurboMind (`turbomind/supported_models.py` lists Qwen3_5ForConditionalGeneration; `turbomind/models/
 qwen3_5.py` builds every linear through its format resolver, so quantized and unquantized projections both
@@ -84,33 +85,44 @@ def has_gated_delta(ckpt: Checkpoint) -> bool:
 
 def serve_dtype(ckpt: Checkpoint) -> str | None:
     """The `--dtype` specq launches LMDeploy's PyTorch engine with for `ckpt` when the user leaves it at
-    'auto': bf16 for an unquantized Gated DeltaNet target (its state is bf16 whatever the model runs in),
-    None (LMDeploy's own 'auto') for everything else."""
-    return STATE_DTYPE if has_gated_delta(ckpt) and ckpt.quantization is None else None
+    'auto': bf16 for a Gated DeltaNet target (its state is bf16 whatever the model runs in), quantized or
+    not (AWQ through the compatibility patch, `needs_compat`), None (LMDeploy's own 'auto') for everything
+    else."""
+    return STATE_DTYPE if has_gated_delta(ckpt) else None
 
 
-def speculative_quantize_refusal(ckpt: Checkpoint) -> str | None:
-    """Why `specq quantize --for speculative` refuses a Gated DeltaNet model (None for other models)."""
-    if not has_gated_delta(ckpt):
-        return None
-    return (
-        "LMDeploy 0.18's PyTorch engine (the one that speculates) runs 4-bit AWQ in fp16 but keeps this "
-        "model's linear-attention state in bf16, so a quantized copy fails at its first prefill (seen on the "
-        "H200 with the Qwen3.5 toy); quantize with --for plain for TurboMind (no speculation), or speculate "
-        "with the bf16 checkpoint"
+def needs_compat(ckpt: Checkpoint) -> bool:
+    """A quantized Gated DeltaNet target: LMDeploy 0.18.0's PyTorch engine serves it only with specq's
+    compatibility patch (`engines/lmdeploy_compat`), which lets AWQ run in bf16."""
+    return has_gated_delta(ckpt) and ckpt.quantization is not None
+
+
+def state_dtype_finding(ckpt: Checkpoint) -> Finding:
+    """AWQ (fp16 in stock LMDeploy 0.18) against the bf16 Gated DeltaNet state: accepted when specq's
+    compatibility patch applies to the LMDeploy installed here (or none is installed: `serve` checks it
+    again before a launch), refused for an LMDeploy the patch does not know."""
+    from . import lmdeploy_compat
+
+    compat = lmdeploy_compat.status()
+    why = lmdeploy_compat.refusal(compat, f"{ckpt.name} (quantized, Gated DeltaNet)")
+    source = (
+        "lmdeploy/pytorch/configurations/qwen3_5.py (states_shapes: bf16 on sm80+); "
+        f"{SRC_CONFIG} _update_torch_dtype (AWQ -> float16); engines/lmdeploy_compat"
     )
-
-
-def state_dtype_finding() -> Finding:
-    """AWQ (fp16 in LMDeploy 0.18, always) against the bf16 Gated DeltaNet state: refused."""
+    if why is None:
+        where = "" if compat.state == "absent" else f" ({compat.summary()})"
+        return Finding(
+            rule="qwen3_5.state_dtype",
+            passed=True,
+            source=source,
+            detail="runs in bf16 (--dtype bfloat16) with specq's LMDeploy "
+            f"{lmdeploy_compat.SUPPORTED_VERSION} compatibility patch{where}",
+        )
     return Finding(
         rule="qwen3_5.state_dtype",
         passed=False,
-        source="lmdeploy/pytorch/configurations/qwen3_5.py (states_shapes: bf16 on sm80+); "
-        f"{SRC_CONFIG} _update_torch_dtype (AWQ -> float16)",
-        detail="AWQ runs in fp16 but LMDeploy keeps the linear-attention state in bf16, so the first "
-        "prefill fails; serve the bf16 checkpoint on the PyTorch engine, or the AWQ one on TurboMind "
-        "without speculation",
+        source=source,
+        detail=why + "; or serve the bf16 checkpoint, or the AWQ one on TurboMind without speculation",
         expect=STATE_DTYPE_ERROR,
     )
 
@@ -149,8 +161,8 @@ def pytorch_findings(ckpt: Checkpoint) -> list[Finding]:
     q = ckpt.quantization
     if q is None:
         return []
-    # AWQ runs in fp16 (GPTQ only repacked to AWQ); compressed-tensors would run in the config's dtype
-    dtype_rule = [state_dtype_finding()] if has_gated_delta(ckpt) and q.method in ("awq", "gptq") else []
+    # AWQ runs in fp16 in stock LMDeploy (GPTQ only repacked to AWQ); compressed-tensors in the config's dtype
+    dtype_rule = [state_dtype_finding(ckpt)] if has_gated_delta(ckpt) and q.method in ("awq", "gptq") else []
     if not is_qwen35(ckpt):
         return dtype_rule
     if q.method == "compressed-tensors":
@@ -283,6 +295,20 @@ def mtp_not_convert(ckpt: Checkpoint) -> list[str]:
         if module is not None and f"mtp.layers.{layer}.{module}" not in names:
             names.append(f"mtp.layers.{layer}.{module}")
     return names + (["mtp.fc"] if names and "mtp.fc" in plain else [])
+
+
+def plain_not_convert(ckpt: Checkpoint) -> list[str]:
+    """`modules_to_not_convert` entries declaring what a quantized Qwen3.5 keeps in bf16 besides the MTP
+    layer: the Gated DeltaNet gates (`in_proj_a`/`in_proj_b`, fused unquantized by LMDeploy) by their full
+    names, and the vision tower (`model.visual`, which LMDeploy builds without a quant config). LMDeploy
+    builds those unquantized whatever the list says; the entries tell every other loader (transformers' AWQ
+    integration skips a module whose name contains an entry). Empty for other models."""
+    if not is_qwen35(ckpt):
+        return []
+    plain = linear_storage(ckpt)[1]
+    gates = sorted(p for p in plain if ".linear_attn." in p and p.rpartition(".")[2] in GDN_UNQUANTIZED)
+    visual = sorted({p.partition(".visual.")[0] + ".visual" for p in plain if ".visual." in p})
+    return gates + visual
 
 
 def turbomind_findings(ckpt: Checkpoint) -> list[Finding]:

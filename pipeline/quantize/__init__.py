@@ -185,21 +185,30 @@ def speculative_shape_warnings(ckpt: Checkpoint, method: str, cfg: QuantizeSecti
 
 def _mark_unquantized_mtp(out: Path, progress: Progress) -> None:
     """Qwen3.5: gptqmodel keeps the MTP layer (`mtp.*`) unquantized, and LMDeploy's `qwen3_5_mtp` builds it
-    quantized unless `modules_to_not_convert` names its fused modules (engines/qwen35.py); name them."""
+    quantized unless `modules_to_not_convert` names its fused modules (engines/qwen35.py); name them, and
+    declare the other modules kept in bf16 (the Gated DeltaNet gates, the vision tower) the same way."""
     import json
 
-    from ..engines.qwen35 import mtp_not_convert
+    from ..engines.qwen35 import mtp_not_convert, plain_not_convert
 
-    names = mtp_not_convert(Checkpoint(out))
-    if not names:
+    ckpt = Checkpoint(out)
+    names = mtp_not_convert(ckpt)
+    plain = plain_not_convert(ckpt)
+    if not names and not plain:
         return
     path = out / "config.json"
     config = json.loads(path.read_text(encoding="utf-8"))
     qc = config.get("quantization_config") or {}
-    qc["modules_to_not_convert"] = list(dict.fromkeys([*(qc.get("modules_to_not_convert") or []), *names]))
+    declared = [*(qc.get("modules_to_not_convert") or []), *names, *plain]
+    qc["modules_to_not_convert"] = list(dict.fromkeys(declared))
     config["quantization_config"] = qc
     atomic_write_text(path, json.dumps(config, indent=2) + "\n")
-    progress(f"MTP layer kept unquantized; modules_to_not_convert names it for LMDeploy: {', '.join(names)}")
+    if names:
+        progress(
+            f"MTP layer kept unquantized; modules_to_not_convert names it for LMDeploy: {', '.join(names)}"
+        )
+    if plain:
+        progress(f"kept in bf16 and declared in modules_to_not_convert: {len(plain)} modules (gates, vision)")
 
 
 def _copy_side_files(src: Path, dst: Path) -> None:
@@ -230,12 +239,6 @@ def quantize(cfg: QuantizeRequest, progress: Progress = null_progress) -> Quanti
         raise InputError(
             f"{model} is already quantized ({ckpt.quantization.method}); pass the original model"
         )
-    if cfg.target == "speculative":
-        from ..engines.qwen35 import speculative_quantize_refusal
-
-        why = speculative_quantize_refusal(ckpt)
-        if why:
-            raise UsageError(f"{model.name}: {why}")
     method, sym, backend, warnings = plan(cfg)
     refusal = architecture_refusal(backend, ckpt.config.get("model_type"))
     if refusal:

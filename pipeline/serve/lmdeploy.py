@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sys
 
+from ..engines import lmdeploy_compat
+from ..engines.qwen35 import needs_compat
 from .base import MASK, ProcessEngine
 from .preflight import require_lmdeploy
 from .spec import write_fp16_copy
@@ -58,8 +60,28 @@ class LMDeployEngine(ProcessEngine):
             argv += ["--api-keys", *([MASK] * len(self.api_keys) if masked else self.api_keys)]
         return argv
 
+    def needs_compat(self) -> bool:
+        """The PyTorch engine on a quantized Gated DeltaNet target: specq's LMDeploy patch must run in it."""
+        return self.spec.backend == "pytorch" and needs_compat(self.spec.target)
+
+    def child_env(self) -> dict[str, str]:
+        """The server's environment; with the compatibility patch, `boot/` on PYTHONPATH so that every
+        process LMDeploy starts (the spawned engine, ray workers) patches itself, and each patched module
+        recorded in the run's `compat.log`."""
+        env = super().child_env()
+        if not self.needs_compat():
+            return env
+        compat = lmdeploy_compat.status()
+        env = lmdeploy_compat.launch_env(env, compat)
+        if compat.needs_hook:
+            env[lmdeploy_compat.hook.LOG_ENV] = str(self.run_dir / "compat.log")
+        return env
+
     def preflight(self) -> None:
         require_lmdeploy(self.spec.backend or "turbomind", self.spec.speculative, self.spec.request)
+        if self.needs_compat():
+            compat = lmdeploy_compat.require(f"{self.spec.target.name} (quantized, Gated DeltaNet)")
+            self.progress(compat.summary())
 
     def prepare(self) -> None:
         write_fp16_copy(self.spec, self.progress)

@@ -288,8 +288,12 @@ def _lmdeploy_backend(request: ServeRequest, method: str | None, target: Checkpo
             "(engine.enable_prefix_caching = false)"
         )
     if backend == "pytorch":
+        from ..engines import lmdeploy_compat
         from ..engines.pytorch import pytorch_engine_refusal
+        from ..engines.qwen35 import needs_compat
 
+        if needs_compat(target):  # an LMDeploy the compatibility patch does not know: before any launch
+            lmdeploy_compat.require(f"{target.name} (quantized, Gated DeltaNet)")
         refusal = pytorch_engine_refusal(target)
         if refusal:
             raise UsageError(refusal)
@@ -311,25 +315,37 @@ def _pytorch_dtype(request: ServeRequest, target: Checkpoint, progress: Progress
             f"linear-attention state in {need}: --dtype {asked} fails at the first prefill; "
             f"use --dtype {need} (or auto)"
         )
-    progress(
-        f"{target.name}: serving in {need} (--dtype {need}): LMDeploy 0.18 keeps the linear-attention state "
-        "in bf16, and the checkpoint's own dtype would run in fp16"
-        if target.torch_dtype != need
-        else f"{target.name}: serving in {need} (--dtype {need})"
-    )
+    if target.quantization is not None:
+        method = target.quantization.method.upper()
+        why = (
+            f": LMDeploy 0.18 keeps the linear-attention state in bf16 and would run {method} in fp16; "
+            "specq's compatibility patch (engines/lmdeploy_compat) lets it run in bf16"
+        )
+    elif target.torch_dtype != need:
+        why = (
+            ": LMDeploy 0.18 keeps the linear-attention state in bf16, and the checkpoint's own dtype "
+            "would run in fp16"
+        )
+    else:
+        why = ""
+    progress(f"{target.name}: serving in {need} (--dtype {need}){why}")
     return dataclasses.replace(request, options=dataclasses.replace(request.options, dtype=need))
 
 
 def _fp16_drafter(
     target: Checkpoint, draft: Checkpoint | None, backend: str | None, progress: Progress
 ) -> Path | None:
-    """Where the fp16 copy of a bf16 drafter goes when an AWQ target runs in fp16 (PyTorch engine)."""
+    """Where the fp16 copy of a bf16 drafter goes when an AWQ target runs in fp16 (PyTorch engine; not a
+    Gated DeltaNet target, which runs in bf16 with its drafter)."""
+    from ..engines.qwen35 import serve_dtype
+
     quant = target.quantization
     if (
         backend == "pytorch"
         and draft is not None
         and quant is not None
         and quant.method == "awq"
+        and serve_dtype(target) is None
         and _is_bf16(draft)
     ):
         draft_fp16 = fp16_copy_path(draft)

@@ -22,14 +22,15 @@ def findings(report: ConvertReport, engine: str) -> dict[str, dict]:
     return {f.rule: f.model_dump() for f in report.verdict(engine).findings}  # type: ignore[arg-type]
 
 
-def test_awq_from_specq_quantize_loads_but_is_refused_for_its_state_dtype(
+def test_awq_from_specq_quantize_is_accepted_in_bf16_through_the_compatibility_patch(
     qwen35_quantized: dict[str, Path], cli
 ) -> None:
-    """Every load rule passes on gptqmodel's AWQ (the H200 saw it load), but LMDeploy 0.18 runs AWQ in fp16
-    and the Gated DeltaNet state in bf16: the first prefill died there, so the PyTorch engine refuses it."""
-    code, out, _ = cli("convert", str(qwen35_quantized["awq"]), "--json")
+    """Every load rule passes on gptqmodel's AWQ (the H200 saw it load). Stock LMDeploy 0.18 runs AWQ in fp16
+    against the Gated DeltaNet's bf16 state (the first prefill died there); with specq's compatibility patch
+    it runs in bf16, so the PyTorch engine accepts it (no LMDeploy here: serve checks the installed one)."""
+    code, out, err = cli("convert", str(qwen35_quantized["awq"]), "--json")
     report = ConvertReport.model_validate(json.loads(out)["report"])
-    assert code != 0 and not report.ready
+    assert code == 0 and report.ready, err
     assert report.draft is not None and report.draft.kind == "mtp" and report.draft.problems == []
     pt = findings(report, "pytorch")
     assert set(pt) == {
@@ -38,15 +39,17 @@ def test_awq_from_specq_quantize_loads_but_is_refused_for_its_state_dtype(
         "qwen3_5.mtp_projections_stored_as_built", "qwen3_5.mtp_fc_unquantized",
     }  # fmt: skip
     assert all(f["source"].startswith("lmdeploy/") for f in pt.values())
-    assert [r for r, f in pt.items() if not f["passed"]] == ["qwen3_5.state_dtype"]
-    assert pt["qwen3_5.state_dtype"]["expect"] == STATE_DTYPE_ERROR
+    assert [r for r, f in pt.items() if not f["passed"]] == []
+    assert "compatibility patch" in pt["qwen3_5.state_dtype"]["detail"]
     v = report.verdict("pytorch")
-    assert v.status == "refused" and "bf16" in v.reasons[0] and not v.fixes
-    # specq quantize named the unquantized MTP modules the way LMDeploy matches them
+    assert v.status == "accepted" and v.reasons == ["AWQ runs in bfloat16 (specq passes --dtype bfloat16)"]
+    # specq quantize named the unquantized MTP modules the way LMDeploy matches them, and declared the
+    # Gated DeltaNet gates and the vision tower it keeps in bf16
     raw = json.loads((qwen35_quantized["awq"] / "config.json").read_text())["quantization_config"]
+    gates = {f"model.language_model.layers.{i}.linear_attn.in_proj_{x}" for i in (0, 1, 2) for x in "ab"}
     assert set(raw["modules_to_not_convert"]) == {
         "mtp.layers.0.self_attn.qkv_proj", "mtp.layers.0.self_attn.o_proj", "mtp.layers.0.mlp.gate_up_proj",
-        "mtp.layers.0.mlp.down_proj", "mtp.fc",
+        "mtp.layers.0.mlp.down_proj", "mtp.fc", "model.visual", *gates,
     }  # fmt: skip
     # TurboMind: the toy-sized vision tower (head dim 16) is what it refuses, with LMDeploy's error
     tm = report.verdict("turbomind")
@@ -61,19 +64,43 @@ def test_unquantized_target_is_accepted_in_bf16(tiny_qwen35: Path) -> None:
     assert v.status == "accepted" and "--dtype bfloat16" in v.reasons[0]
 
 
-def test_gptq_is_refused_because_its_awq_repack_would_be_and_repack_keeps_the_rules(
+def test_gptq_is_fixable_by_the_awq_repack_which_keeps_the_rules(
     qwen35_quantized: dict[str, Path], tmp_path: Path
 ) -> None:
     report = check_readiness(qwen35_quantized["gptq"], write_manifest=False)
     v = report.verdict("pytorch")
-    assert v.status == "refused" and not v.fixes
-    assert "even repacked to AWQ it would be refused" in v.reasons[1] and "bf16" in v.reasons[1]
+    assert v.status == "fixable" and v.fixes and "--to awq" in v.fixes[0]
     from specq.pipeline.convert import repack_gptq_to_awq
 
     repack_gptq_to_awq(qwen35_quantized["gptq"], tmp_path / "awq")
     again = check_readiness(tmp_path / "awq", write_manifest=False).verdict("pytorch")
-    assert again.status == "refused"
-    assert [f.rule for f in again.findings if not f.passed] == ["qwen3_5.state_dtype"]
+    assert again.status == "accepted", again.reasons
+    assert [f.rule for f in again.findings if not f.passed] == []
+
+
+def test_an_lmdeploy_the_patch_does_not_know_refuses_the_awq_target_in_one_line(
+    qwen35_quantized: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    """With lmdeploy 0.19.0 installed (a copy of the 0.18.0 fixture with another version), convert refuses
+    the AWQ Qwen3.5 for the PyTorch engine, and serve refuses it before any launch (exit 4), naming the
+    version the patch supports; the unquantized target is unaffected."""
+    import shutil
+
+    site = tmp_path / "site"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "fixtures" / "lmdeploy-0.18.0", site)
+    version = site / "lmdeploy" / "version.py"
+    version.write_text(version.read_text().replace("'0.18.0'", "'0.19.0'"))
+    monkeypatch.syspath_prepend(str(site))
+    report = check_readiness(qwen35_quantized["awq"], write_manifest=False)
+    v = report.verdict("pytorch")
+    assert v.status == "refused"
+    f = {x.rule: x for x in v.findings}["qwen3_5.state_dtype"]
+    assert not f.passed and "lmdeploy 0.19.0" in f.detail and "lmdeploy==0.18.0" in f.detail
+    assert f.expect == STATE_DTYPE_ERROR
+    code, _, err = cli("serve", str(qwen35_quantized["awq"]), "--engine", "lmdeploy", "--backend", "pytorch",
+                       "--method", "qwen3_5_mtp", "-k", "2", "--dry-run")  # fmt: skip
+    assert code == 4 and len(err.strip().splitlines()) == 1
+    assert "lmdeploy 0.19.0" in err and "lmdeploy==0.18.0" in err
 
 
 L0 = "model.language_model.layers.0.linear_attn"
@@ -109,16 +136,17 @@ def test_broken_copies_are_refused_as_lmdeploy_fails(
 def test_load_probe_cases_carry_the_predictions_the_gpu_run_checks(
     qwen35_quantized: dict[str, Path], tiny_qwen35: Path, tmp_path: Path
 ) -> None:
-    """benchmarks/qwen35_load_probe.py make: the AWQ copy launched plain must die of the state dtype, the
-    unquantized target with MTP must load with the --dtype specq serve would pass, no_mtp is cut from it."""
+    """benchmarks/qwen35_load_probe.py make: the AWQ copy launched plain must load in bf16 (the compatibility
+    patch), the unquantized target with MTP must load with the --dtype specq serve would pass, no_mtp is cut
+    from it."""
     from benchmarks.qwen35_load_probe import READY, make
 
     make(qwen35_quantized["awq"], tmp_path / "probe", tiny_qwen35)
     cases = json.loads((tmp_path / "probe" / "cases.json").read_text())
     assert set(cases) == {*BREAKS, "awq", "bf16", "turbomind"}
     assert cases["awq"] | {"path": None} == {
-        "path": None, "backend": "pytorch", "method": None, "status": "refused",
-        "rule": "qwen3_5.state_dtype", "expect": STATE_DTYPE_ERROR, "dtype": None,
+        "path": None, "backend": "pytorch", "method": None, "status": "accepted",
+        "rule": "qwen3_5.state_dtype", "expect": READY, "dtype": "bfloat16",
     }  # fmt: skip
     bf16 = cases["bf16"]
     assert (bf16["status"], bf16["expect"], bf16["dtype"], bf16["method"]) == (
@@ -126,4 +154,4 @@ def test_load_probe_cases_carry_the_predictions_the_gpu_run_checks(
     )  # fmt: skip
     assert cases["no_mtp"]["dtype"] == "bfloat16" and cases["no_mtp"]["expect"].startswith(READY)
     assert not any(n.startswith("mtp.") for n in Checkpoint(tmp_path / "probe" / "no_mtp").tensors)
-    assert cases["compressed_tensors"]["dtype"] is None
+    assert cases["compressed_tensors"]["dtype"] == "bfloat16"  # every Gated DeltaNet target runs in bf16

@@ -55,18 +55,30 @@ def test_awq_for_plain_and_quality(qwen35_quantized: dict[str, Path]) -> None:
     res = QuantizeResult.model_validate(
         json.loads((qwen35_quantized["awq"] / "quant_report.json").read_text())
     )
-    assert res.target == "plain" and res.format == "awq" and res.backend == "gptqmodel"
+    assert res.target == "speculative" and res.format == "awq" and res.backend == "gptqmodel"
     assert res.layers == 4
     q = res.quality
     assert q is not None and q.perplexity_ratio is not None and q.perplexity_ratio < 1.5
     assert q.logits_cosine_mean is not None and q.logits_cosine_mean > 0.9
 
 
-def test_for_speculative_is_refused_up_front(tiny_qwen35: Path, tmp_path: Path, cli) -> None:
-    """LMDeploy 0.18 runs AWQ in fp16 and Qwen3.5's linear-attention state in bf16 (engines/qwen35.py): the
-    default `--for speculative` is refused before any calibration, and nothing is written."""
-    out = tmp_path / "q"
-    code, _, err = cli("quantize", str(tiny_qwen35), "--out", str(out))
-    assert code == 2 and not out.exists()
-    line = err.strip().splitlines()[-1]
-    assert "linear-attention state in bf16" in line and "--for plain" in line
+def test_for_speculative_writes_the_awq_lmdeploy_speculates_with(qwen35_quantized: dict[str, Path]) -> None:
+    """`--for speculative` (the default) on a Qwen3.5: AWQ whose Gated DeltaNet gates, vision tower and MTP
+    layer stay bf16 and are declared in modules_to_not_convert, accepted by convert for the PyTorch engine
+    (engines/lmdeploy_compat runs it in bf16)."""
+    from specq.pipeline.checkpoint import Checkpoint
+    from specq.pipeline.convert import check_readiness
+    from specq.pipeline.engines.qwen35 import linear_storage
+
+    awq = Checkpoint(qwen35_quantized["awq"])
+    assert awq.quantization is not None and awq.quantization.method == "awq"
+    declared = set(awq.quantization.raw["modules_to_not_convert"])
+    quantized, plain = linear_storage(awq)
+    gates = {p for p in plain if ".linear_attn." in p}
+    assert gates and {p.rpartition(".")[2] for p in gates} == {"in_proj_a", "in_proj_b"} and gates <= declared
+    assert "model.visual" in declared and not any(".visual." in p for p in quantized)
+    assert {"mtp.fc", "mtp.layers.0.self_attn.qkv_proj"} <= declared and not any(
+        p.startswith("mtp.") for p in quantized
+    )
+    v = check_readiness(qwen35_quantized["awq"], write_manifest=False).verdict("pytorch")
+    assert v.status == "accepted", v.reasons

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 
 from specq.pipeline.config.models import SpecqConfig
-from specq.pipeline.errors import UsageError
+from specq.pipeline.errors import EnvironmentMissing, UsageError
 from specq.pipeline.serve import ServeRequest, create_engine
 
 from .conftest import QWEN3, VOCAB, write_ckpt
@@ -219,10 +220,13 @@ def _qwen35(tmp_path: Path, dtype: str = "float32", quant: dict | None = None) -
     text = dict(QWEN3, layer_types=["linear_attention"] * 3 + ["full_attention"], mtp_num_hidden_layers=1)
     cfg = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
            "torch_dtype": dtype, "text_config": text}  # fmt: skip
-    if quant:
-        cfg["quantization_config"] = quant
     lm = "model.language_model."
     tensors = {f"{lm}layers.{i}.input_layernorm.weight": ("F32", [256]) for i in range(4)}
+    if quant:
+        cfg["quantization_config"] = quant
+        qkv = f"{lm}layers.0.linear_attn.in_proj_qkv."  # one AWQ gemm linear, 256 -> 256 at group 128
+        tensors |= {qkv + "qweight": ("I32", [256, 32]), qkv + "scales": ("F16", [2, 256]),
+                    qkv + "qzeros": ("I32", [2, 32])}  # fmt: skip
     tensors |= {f"{lm}embed_tokens.weight": ("F32", [1024, 256]), f"{lm}norm.weight": ("F32", [256]),
                 "lm_head.weight": ("F32", [1024, 256]), "mtp.fc.weight": ("F32", [256, 512])}  # fmt: skip
     return write_ckpt(tmp_path / f"q35-{dtype}", cfg, VOCAB, tensors=tensors)
@@ -247,10 +251,48 @@ def test_qwen35_in_fp16_refused_on_the_pytorch_engine(tmp_path: Path) -> None:
         engine_for(tmp_path, _qwen35(tmp_path), {"backend": "pytorch", "dtype": "float16"})
 
 
-def test_qwen35_awq_refused_on_the_pytorch_engine(tmp_path: Path) -> None:
-    awq_q = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
-    target = _qwen35(tmp_path, "float16", awq_q)
-    with pytest.raises(UsageError) as e:
-        engine_for(tmp_path, target, {"backend": "pytorch"})
-    assert "linear-attention state in bf16" in str(e.value) and "index_copy_()" in str(e.value)
+FIXTURE_LMDEPLOY = Path(__file__).resolve().parents[2] / "fixtures" / "lmdeploy-0.18.0"
+AWQ_Q = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
+
+
+def _lmdeploy_site(tmp_path: Path, version: str = "0.18.0") -> Path:
+    """A copy of LMDeploy 0.18.0's two patched files (and stubs) whose version.py says `version`."""
+    import shutil
+
+    site = tmp_path / f"site-{version}"
+    shutil.copytree(FIXTURE_LMDEPLOY, site)
+    v = site / "lmdeploy" / "version.py"
+    v.write_text(v.read_text().replace("'0.18.0'", f"'{version}'"))
+    return site
+
+
+def test_qwen35_awq_is_served_in_bf16_with_the_compatibility_patch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LMDeploy 0.18.0 installed: the AWQ Qwen3.5 runs in bf16 (no --model-format: the PyTorch engine reads
+    the quant config), and the server's environment carries the patch to every process it starts."""
+    from specq.pipeline.engines import lmdeploy_compat
+
+    monkeypatch.syspath_prepend(str(_lmdeploy_site(tmp_path)))
+    target = _qwen35(tmp_path, "float16", AWQ_Q)
+    for kw in ({}, {"model": {"num_draft_tokens": 3}, "speculative": {"method": "qwen3_5_mtp"}}):
+        engine = engine_for(tmp_path, target, {"backend": "pytorch"}, **kw)
+        cmd = engine.command()
+        assert cmd[cmd.index("--dtype") + 1] == "bfloat16" and "--model-format" not in cmd
+        env = engine.child_env()
+        assert env["PYTHONPATH"].split(os.pathsep)[0] == str(lmdeploy_compat.BOOT_DIR)
+        assert env[lmdeploy_compat.ENV] == "qwen35-awq-bf16"
+        assert env[lmdeploy_compat.hook.LOG_ENV] == str(tmp_path / "run" / "compat.log")
+    plain = engine_for(tmp_path, _qwen35(tmp_path), {"backend": "pytorch"}).child_env()
+    assert lmdeploy_compat.ENV not in plain  # an unquantized target needs no patch
+
+
+@pytest.mark.parametrize("version", ["0.18.1", "0.19.0"])
+def test_qwen35_awq_refused_before_launch_with_an_lmdeploy_the_patch_does_not_know(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str
+) -> None:
+    monkeypatch.syspath_prepend(str(_lmdeploy_site(tmp_path, version)))
+    with pytest.raises(EnvironmentMissing) as e:
+        engine_for(tmp_path, _qwen35(tmp_path, "float16", AWQ_Q), {"backend": "pytorch"})
+    assert f"lmdeploy {version}" in str(e.value) and "lmdeploy==0.18.0" in str(e.value)
     assert "\n" not in str(e.value)
