@@ -42,6 +42,7 @@ class ServeInfo(BaseModel):
     url: str
     metrics_url: str
     command: list[str]  # API keys masked
+    environment: dict[str, str] = {}  # what specq adds to (or changes in) the server's environment
     log: str
     pid: int | None = None
     started: str | None = None
@@ -49,7 +50,9 @@ class ServeInfo(BaseModel):
 
     @property
     def command_line(self) -> str:
-        return shlex.join(self.command)
+        """The command as a shell line, prefixed by `env NAME=VALUE …` for the variables specq sets."""
+        env = ["env", *(f"{k}={v}" for k, v in self.environment.items())] if self.environment else []
+        return shlex.join([*env, *self.command])
 
 
 def state_dir() -> Path:
@@ -87,6 +90,7 @@ def info_of(engine: ProcessEngine, cfg: SpecqConfig) -> ServeInfo:
         url=engine.base_url,
         metrics_url=engine.metrics_url,
         command=engine.command(),
+        environment={k: v for k, v in engine.child_env().items() if os.environ.get(k) != v},
         log=str(engine.log_path),
         pid=engine.pid,
         config=cfg.model_dump(include=set(sections), mode="json"),

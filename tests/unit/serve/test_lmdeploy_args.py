@@ -296,3 +296,22 @@ def test_qwen35_awq_refused_before_launch_with_an_lmdeploy_the_patch_does_not_kn
         engine_for(tmp_path, _qwen35(tmp_path, "float16", AWQ_Q), {"backend": "pytorch"})
     assert f"lmdeploy {version}" in str(e.value) and "lmdeploy==0.18.0" in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_dry_run_shows_the_environment_the_patch_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    """`serve --dry-run` prints the exact launch, the variables specq sets for the compatibility patch
+    included (`env PYTHONPATH=… SPECQ_LMDEPLOY_COMPAT=qwen35-awq-bf16 python -m lmdeploy …`)."""
+    from specq.pipeline.engines import lmdeploy_compat
+
+    monkeypatch.syspath_prepend(str(_lmdeploy_site(tmp_path)))
+    target = _qwen35(tmp_path, "float16", AWQ_Q)
+    code, out, err = cli("serve", str(target), "--engine", "lmdeploy", "--backend", "pytorch", "--dry-run")
+    assert code == 0, err
+    line = out.splitlines()[0]
+    assert line.startswith("env ") and "SPECQ_LMDEPLOY_COMPAT=qwen35-awq-bf16" in line
+    assert f"PYTHONPATH={lmdeploy_compat.BOOT_DIR}" in line and " --dtype bfloat16" in line
+    code, out, _ = cli("serve", str(_qwen35(tmp_path)), "--engine", "lmdeploy", "--backend", "pytorch",
+                       "--dry-run")  # fmt: skip
+    assert code == 0 and out.splitlines()[0].startswith(sys.executable)
