@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..fsutil import atomic_write_text
-from .models import BenchReport, Run
+from .models import BenchReport, Lossless, Run
 from .rates import BASIS_NAMES, run_rate
 
 Formatter = Callable[[BenchReport], str]
@@ -202,13 +202,23 @@ def _footer(report: BenchReport) -> list[str]:
                          f"{r.aggregate.token_count_mismatches} request(s); the rates use the server's count "
                          "(generated tokens need not re-tokenize the same way)")  # fmt: skip
         if r.lossless and not r.lossless.passed:
-            first = r.lossless.mismatches[0] if r.lossless.mismatches else {}
-            differ = r.lossless.compared - r.lossless.exact_matches
-            lines.append(
-                f"{r.key}: outputs differ from the baseline in {differ}/{r.lossless.compared} prompts "
-                f"(first: {first.get('id')} at {r.lossless.unit[:-1]} {first.get('first_divergence')})"
-            )
+            lines.append(lossless_line(r.key, r.lossless))
     return lines
+
+
+def lossless_line(key: str, ll: Lossless) -> str:
+    """'k=3: lossless: 14/16 equal, 2 near-ties (margin 0.03, 0.01), 0 mismatches; first: p1 at token 7
+    (' Alice' vs ' Bob')'."""
+    first = ll.mismatches[0] if ll.mismatches else {}
+    text = ll.summary or f"lossless: {ll.exact_matches}/{ll.compared} equal"
+
+    def tok(t: object) -> str:
+        return repr(t.get("text")) if isinstance(t, dict) else "end"
+
+    where = f"{first.get('id')} at {ll.unit[:-1]} {first.get('first_divergence')}"
+    if "baseline_token" in first:
+        where += f" ({tok(first.get('baseline_token'))} vs {tok(first.get('run_token'))})"
+    return f"{key}: {text}; first: {where}"
 
 
 @formatter("table")
