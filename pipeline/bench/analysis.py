@@ -351,6 +351,7 @@ def lossless(
     by_ids = all(a.token_ids is not None and b.token_ids is not None for a, b in pairs)
     unit = "tokens" if by_ids or counter is not None else "chars"
     decode = getattr(counter, "decode", None)
+    piece = getattr(counter, "piece_text", None)
     exact = 0
     agree: list[float] = []
     mismatches: list[dict[str, object]] = []
@@ -371,7 +372,7 @@ def lossless(
         k = _common_prefix(sa, sb)
         longest = max(len(sa), len(sb)) or 1
         agree.append(k / longest)
-        d = explain(ra, rb, k, by_ids, baseline.reference.get(ra.id), decode, near_tie_margin)
+        d = explain(ra, rb, k, by_ids, baseline.reference.get(ra.id), decode, near_tie_margin, piece)
         found.append(d)
         mismatches.append(
             {

@@ -61,6 +61,13 @@ class HFTokenCounter:
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.tok.decode(list(ids), skip_special_tokens=False))
 
+    def piece_text(self, piece: str) -> str:
+        """A vocabulary entry as text ('ĠBob' → ' Bob'): LMDeploy's logprobs name tokens by their entry."""
+        try:
+            return str(self.tok.convert_tokens_to_string([piece]))
+        except Exception:  # not an entry of this vocabulary (a server's decoded text): as it is
+            return piece
+
     def counts_per_chunk(self, texts: Sequence[str]) -> list[int]:
         full = "".join(texts)
         counts = [0] * len(texts)

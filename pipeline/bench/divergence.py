@@ -69,18 +69,24 @@ def _common_prefix(a: Sequence[object], b: Sequence[object]) -> int:
     return n
 
 
-def _reference_index(ref: RequestRecord, base_text: str, char: int) -> int | None:
+def _reference_index(
+    ref: RequestRecord, base_text: str, char: int, piece: Callable[[str], str] | None = None
+) -> int | None:
     """The index of the reference token whose text covers character `char` of the baseline's output, when
-    the reference's token strings spell its text and that text agrees with the baseline's through `char`
-    (LMDeploy's chat token strings are byte-level pieces, which do not spell it: then None)."""
+    the reference's token strings spell its text (as they are, or — LMDeploy's byte-level vocabulary
+    entries — turned into text by the tokenizer's `piece`) and that text agrees with the baseline's through
+    `char`; else None."""
     scores = ref.scores or []
-    if "".join(s.token for s in scores) != ref.output_text:
+    texts = [s.token for s in scores]
+    if "".join(texts) != ref.output_text and piece is not None:
+        texts = [piece(t) for t in texts]
+    if "".join(texts) != ref.output_text:
         return None
     if ref.output_text[: char + 1] != base_text[: char + 1]:
         return None
     end = 0
-    for i, s in enumerate(scores):
-        end += len(s.token)
+    for i, text in enumerate(texts):
+        end += len(text)
         if end > char:
             return i
     return None
@@ -94,9 +100,11 @@ def explain(
     ref: RequestRecord | None,
     decode: Callable[[Sequence[int]], str] | None = None,
     bound: float = NEAR_TIE_MARGIN,
+    piece: Callable[[str], str] | None = None,
 ) -> Divergence:
     """Explain the divergence at `position` of the compared sequences: the servers' token ids (`ids`), else
-    re-tokenized text or characters (then the reference token is found by character offset)."""
+    re-tokenized text or characters (then the reference token is found by character offset). `decode`
+    (ids → text) and `piece` (a vocabulary entry → text) come from the local tokenizer when there is one."""
     a, b = base.output_text, run.output_text
     if ids:
         sa, sb = base.token_ids or [], run.token_ids or []
@@ -120,7 +128,7 @@ def explain(
         same = ref.token_ids[: position + 1] == sa[: position + 1] and position < len(sa)
         index = position if same else None
     else:
-        index = _reference_index(ref, a, _common_prefix(a, b))
+        index = _reference_index(ref, a, _common_prefix(a, b), piece)
     if index is None or index >= len(ref.scores):
         why = "the reference pass's output leaves the timed baseline's before this token"
         return Divergence(position, base_tok, run_tok, None, None, "unexplained", why)
@@ -130,8 +138,9 @@ def explain(
         base_tok["text"] = score.token
     runner_up = None
     if len(score.top) >= 2 and run_tok is not None and run_tok.get("text") is not None:
-        second = score.top[1][0]
-        runner_up = run_tok["text"] == second if ids else str(run_tok["text"]).startswith(second)
+        seconds = {score.top[1][0]} | ({piece(score.top[1][0])} if piece is not None else set())
+        text = str(run_tok["text"])
+        runner_up = text in seconds if ids else any(text.startswith(s) for s in seconds if s)
     short = None if margin is not None else "the reference pass returned fewer than 2 alternatives"
     return Divergence(position, base_tok, run_tok, margin, runner_up, classify(margin, bound), short)
 

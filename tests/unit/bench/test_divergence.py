@@ -168,3 +168,34 @@ def test_request_asks_ids_always_and_logprobs_only_when_told() -> None:
     comp = RequestSpec(mode="completion", model="m", max_tokens=4, temperature=0.0, top_logprobs=2)
     comp = comp.payload(p)
     assert comp["logprobs"] == 2 and "top_logprobs" not in comp
+
+
+def test_lmdeploy_vocabulary_pieces_are_read_through_the_local_tokenizer(recorded, toy_pair) -> None:
+    """LMDeploy names logprob tokens by their vocabulary entry ('Ġ**'), which do not spell the text: with
+    the target's tokenizer the divergence is still located (by id, and by character without ids) and the
+    run's token is still recognised as the baseline's second choice."""
+    from specq.pipeline.bench.client import HFTokenCounter
+
+    counter = HFTokenCounter(str(toy_pair.target))
+    tok = counter.tok
+
+    def entry(text: str) -> str:
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        return tok.convert_ids_to_tokens(ids)[0] if len(ids) == 1 else text
+
+    ref = recorded["reference"]
+    ref.scores = [
+        TokenScore(
+            token=tok.convert_ids_to_tokens(i), logprob=s.logprob, top=[(entry(t), v) for t, v in s.top]
+        )
+        for i, s in zip(ref.token_ids or [], ref.scores or [], strict=True)
+    ]
+    assert ref.scores[16].token == "Ġ**" and "".join(s.token for s in ref.scores) != ref.output_text
+    for ids in (True, False):
+        base, run = runs(recorded, ids=ids)
+        m = lossless(base, run, counter).mismatches[0]  # type: ignore[union-attr]
+        assert m["verdict"] == "near-tie" and m["margin"] < 0.05, (ids, m)
+        assert m["runner_up"] is True
+    base, run = runs(recorded)
+    m = lossless(base, run, counter).mismatches[0]  # type: ignore[union-attr]
+    assert m["baseline_token"] == {"id": 920, "text": " **"} and m["run_token"]["id"] == 268
