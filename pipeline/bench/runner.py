@@ -5,9 +5,10 @@ the serve stage's `create_engine(serve_request, run_dir, progress)` for each, wi
 `ServeRequest` that differs only in its draft-token count (a `--baseline-engine` also in its server). Every
 run: warm-up, a /metrics scrape, the requests (with NVML sampling), a settled /metrics scrape, then
 aggregates, acceptance, the server cross-check and the roofline; a baseline then gets an untimed
-reference pass with logprobs, which the lossless check uses to explain divergences. Faults stay local: a run above
-`--max-error-rate` fails alone, a server that will not start or dies is reported with its log tail and the
-sweep moves on, and Ctrl-C writes the partial report marked incomplete before the interrupt propagates."""
+reference pass with logprobs, which the lossless check uses to explain divergences. Faults stay local: a
+run above `--max-error-rate` fails alone, a server that will not start or dies is reported with its log
+tail and the sweep moves on, and Ctrl-C writes the partial report marked incomplete before the interrupt
+propagates."""
 
 from __future__ import annotations
 
