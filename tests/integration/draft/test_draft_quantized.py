@@ -42,21 +42,22 @@ def test_train_with_an_awq_teacher_and_eval_against_each_target(cli, tiny_qwen35
     assert contract.check_drafter(draft, Checkpoint(tiny_qwen35), draft_tokens=7) == []
     assert contract.check_drafter(draft, Checkpoint(awq), draft_tokens=7) == []
 
-    # draft eval against the AWQ target reproduces the training report's figure: it was scored against AWQ
+    # `draft eval AWQ DRAFT --json` reproduces the training report's figure (it was scored against AWQ), and
+    # its stdout is the JSON alone (gptqmodel prints its banner while loading: it goes to stderr)
+    conf = tmp_path / "d.toml"
+    conf.write_text("[draft]\nprompt_tokens = 16\neval_prompts = 2\neval_tokens = 12\nthreads = 1\n")
+    code, stdout, err = cli("draft", "eval", str(awq), str(out), "-c", str(conf), "--json")
+    assert code == 0, err
+    vs_awq = json.loads(stdout)
+    assert vs_awq["target"] == str(awq) and vs_awq["target_quantization"] == "awq 4-bit, group 128"
+    assert vs_awq["acceptance_by_position"] == report.eval.acceptance_by_position
+    assert vs_awq["anchors"] == report.eval.anchors
+    # ... and against the bf16 target it names that one
     section = DraftSection(
         **{k: TINY[k] for k in ("prompt_tokens", "eval_prompts", "eval_tokens", "threads")}
     )
-    vs_awq = evaluate_drafter(DraftEvalRequest.from_config(section, target=awq, draft=out))
-    assert vs_awq.target_quantization == "awq 4-bit, group 128"
-    assert vs_awq.acceptance_by_position == report.eval.acceptance_by_position
-    assert vs_awq.anchors == report.eval.anchors
-    # ... and against the bf16 target (other greedy tokens, other features) it is another figure
-    conf = tmp_path / "d.toml"
-    conf.write_text("[draft]\nprompt_tokens = 16\neval_prompts = 2\neval_tokens = 12\nthreads = 1\n")
-    code, stdout, err = cli("draft", "eval", str(tiny_qwen35), str(out), "-c", str(conf), "--json")
-    assert code == 0, err
-    vs_bf16 = json.loads(stdout)
-    assert vs_bf16["target"] == str(tiny_qwen35) and vs_bf16["target_quantization"] == "bfloat16"
+    vs_bf16 = evaluate_drafter(DraftEvalRequest.from_config(section, target=tiny_qwen35, draft=out))
+    assert vs_bf16.target == str(tiny_qwen35) and vs_bf16.target_quantization == "bfloat16"
     # the same seed taught by the bf16 target learns from other data: the loss differs from the first step
     plain = train_drafter(
         DraftTrainRequest.from_config(DraftSection(**TINY), target=tiny_qwen35, out=out.with_name("bf16"))
