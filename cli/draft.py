@@ -12,7 +12,9 @@ from ._options import ConfigOpt, JsonOpt, OutOpt
 
 draft_app = typer.Typer(help="Train and evaluate a DFlash drafter for a target.", no_args_is_help=True)
 
-TargetArg = Annotated[Path, typer.Argument(help="The target: a Qwen3-family Hugging Face model directory.")]
+TargetArg = Annotated[
+    Path, typer.Argument(help="The target: a Qwen3-family model directory (bf16, or GPTQ/AWQ for eval).")
+]
 
 
 @draft_app.command("train")
@@ -30,6 +32,13 @@ def train(
         str | None, typer.Option(help="Checkpoint dtype: auto (the target's; fp16 for AWQ), float16, ...")
     ] = None,
     seed: Annotated[int | None, typer.Option(help="Seed: same seed, same drafter.")] = None,
+    teacher: Annotated[
+        Path | None,
+        typer.Option(
+            help="Learn from this checkpoint instead of TARGET: the one that will be served, e.g. TARGET "
+            "quantized to AWQ/GPTQ by specq quantize (its hidden states and greedy continuations)."
+        ),
+    ] = None,
     self_distill: Annotated[
         bool | None,
         typer.Option("--self-distill/--no-self-distill", help="Train on the target's own continuations."),
@@ -41,13 +50,16 @@ def train(
     directory (required; created).
 
     Example: specq draft train ./toy/target --out ./toy-dflash --steps 300 --device cpu
+
+    For a 4-bit target: specq draft train ./toy/target --teacher ./toy-awq --out ./toy-dflash-awq
     """
     from specq.pipeline.draft import DraftTrainRequest, train_drafter
     from specq.pipeline.report.text import draft_train_text
 
     section = dict(layers=layers, block_size=block_size, steps=steps, data=data, device=device, dtype=dtype)
     cfg = resolve(config, draft=dict(section, seed=seed, self_distill=self_distill))
-    report = train_drafter(DraftTrainRequest.from_config(cfg, target=target, out=out_dir), progress)
+    request = DraftTrainRequest.from_config(cfg, target=target, out=out_dir, teacher=teacher)
+    report = train_drafter(request, progress)
     emit(report, as_json, draft_train_text)
 
 

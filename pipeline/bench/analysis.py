@@ -31,6 +31,8 @@ from ..report.models import (
 from ..report.rates import BASIS_NAMES, client_decode_rate, run_rate, trial_rate
 from ..speedup import StepCost, StepCostCurve, best_k, expected_tokens_per_step, load_curve, predict_speedup
 from .client import TokenCounter, per_token_latencies
+from .divergence import NEAR_TIE_MARGIN, Divergence, explain
+from .divergence import summary as divergence_summary
 
 
 def aggregate(records: Sequence[RequestRecord], wall_s: float) -> RunAggregate:
@@ -330,26 +332,39 @@ def _common_prefix(a: Sequence[object], b: Sequence[object]) -> int:
     return n
 
 
-def lossless(baseline: Run, run: Run, counter: TokenCounter | None = None) -> Lossless | None:
-    """Compare outputs prompt by prompt (same id and repeat); token-level with a tokenizer, else chars."""
-    base: dict[tuple[str, int], str] = {}
+def lossless(
+    baseline: Run,
+    run: Run,
+    counter: TokenCounter | None = None,
+    near_tie_margin: float = NEAR_TIE_MARGIN,
+) -> Lossless | None:
+    """Compare outputs prompt by prompt (same id and repeat): as the servers' token ids when both sent them,
+    else re-tokenized with a tokenizer, else as characters; explain every divergence from the baseline's
+    reference pass (`divergence.explain`: near-tie, mismatch or unexplained)."""
+    base: dict[tuple[str, int], RequestRecord] = {}
     for r in baseline.requests:  # the first trial's output: every later one must equal it too
         if r.ok:
-            base.setdefault((r.id, r.repeat), r.output_text)
-    pairs = [
-        (r.id, base[(r.id, r.repeat)], r.output_text)
-        for r in run.requests
-        if r.ok and (r.id, r.repeat) in base
-    ]
+            base.setdefault((r.id, r.repeat), r)
+    pairs = [(base[(r.id, r.repeat)], r) for r in run.requests if r.ok and (r.id, r.repeat) in base]
     if not pairs:
         return None
-    unit = "tokens" if counter is not None else "chars"
+    by_ids = all(a.token_ids is not None and b.token_ids is not None for a, b in pairs)
+    unit = "tokens" if by_ids or counter is not None else "chars"
+    decode = getattr(counter, "decode", None)
+    piece = getattr(counter, "piece_text", None)
     exact = 0
     agree: list[float] = []
-    mismatches = []
-    for rid, a, b in pairs:
-        sa: Sequence[object] = counter.encode(a) if counter is not None else a
-        sb: Sequence[object] = counter.encode(b) if counter is not None else b
+    mismatches: list[dict[str, object]] = []
+    found: list[Divergence] = []
+    for ra, rb in pairs:
+        a, b = ra.output_text, rb.output_text
+        if by_ids:
+            sa: Sequence[object] = ra.token_ids or []
+            sb: Sequence[object] = rb.token_ids or []
+        elif counter is not None:
+            sa, sb = counter.encode(a), counter.encode(b)
+        else:
+            sa, sb = a, b
         if sa == sb:
             exact += 1
             agree.append(1.0)
@@ -357,13 +372,16 @@ def lossless(baseline: Run, run: Run, counter: TokenCounter | None = None) -> Lo
         k = _common_prefix(sa, sb)
         longest = max(len(sa), len(sb)) or 1
         agree.append(k / longest)
+        d = explain(ra, rb, k, by_ids, baseline.reference.get(ra.id), decode, near_tie_margin, piece)
+        found.append(d)
         mismatches.append(
             {
-                "id": rid,
+                "id": ra.id,
                 "first_divergence": k,
                 "baseline_len": len(sa),
                 "run_len": len(sb),
-                "baseline_next": repr(a[len(a[:k]) : len(a[:k]) + 20]) if unit == "chars" else None,
+                "baseline_next": repr(a[k : k + 20]) if unit == "chars" else None,
+                **d.as_dict(),
             }
         )
     n = len(pairs)
@@ -373,8 +391,14 @@ def lossless(baseline: Run, run: Run, counter: TokenCounter | None = None) -> Lo
         exact_match_rate=exact / n,
         mean_prefix_agreement=sum(agree) / n,
         unit=unit,
+        token_ids=by_ids,
         mismatches=mismatches[:20],
         passed=exact == n,
+        near_ties=sum(d.verdict == "near-tie" for d in found),
+        real_mismatches=sum(d.verdict == "mismatch" for d in found),
+        unexplained=sum(d.verdict == "unexplained" for d in found),
+        near_tie_margin=near_tie_margin,
+        summary=divergence_summary(n, exact, found),
     )
 
 

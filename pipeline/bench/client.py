@@ -16,6 +16,10 @@ times every content chunk. Tokens, not chunks, are what latency is measured per:
 * The clock starts when the request is sent: httpcore's `trace` extension reports the moment the request
   headers start going out, after a connection was taken from the pool or opened. TTFT, chunk times and e2e
   are measured from there; the time before it (waiting for or opening a connection) is `connect_s`.
+* Every request asks for `return_token_ids` (a few integers per chunk the server holds anyway), so the
+  lossless check compares token ids; a request made with `top_logprobs` (the baseline's untimed reference
+  pass only) also asks for logprobs, read from either OpenAI shape (chat's `content` list, a completion's
+  parallel lists).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import Terminated
-from ..report.models import RequestRecord, TokenSource
+from ..report.models import RequestRecord, TokenScore, TokenSource
 from ..workload import Mode, Prompt
 
 
@@ -53,6 +57,16 @@ class HFTokenCounter:
 
     def encode(self, text: str) -> list[int]:
         return list(self.tok(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.tok.decode(list(ids), skip_special_tokens=False))
+
+    def piece_text(self, piece: str) -> str:
+        """A vocabulary entry as text ('ĠBob' → ' Bob'): LMDeploy's logprobs name tokens by their entry."""
+        try:
+            return str(self.tok.convert_tokens_to_string([piece]))
+        except Exception:  # not an entry of this vocabulary (a server's decoded text): as it is
+            return piece
 
     def counts_per_chunk(self, texts: Sequence[str]) -> list[int]:
         full = "".join(texts)
@@ -191,6 +205,8 @@ class RequestSpec:
     seed: int | None = None
     ignore_eos: bool = False
     timeout_s: float = 300.0
+    return_token_ids: bool = True
+    top_logprobs: int | None = None  # ask for logprobs with this many alternatives (the reference pass)
 
     def payload(self, prompt: Prompt) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -204,6 +220,13 @@ class RequestSpec:
             body["seed"] = self.seed
         if self.ignore_eos:
             body["ignore_eos"] = True
+        if self.return_token_ids:
+            body["return_token_ids"] = True
+        if self.top_logprobs is not None:
+            if self.mode == "chat":
+                body.update(logprobs=True, top_logprobs=self.top_logprobs)
+            else:
+                body["logprobs"] = self.top_logprobs
         if self.mode == "chat":
             body["messages"] = prompt.as_messages()
         else:
@@ -225,6 +248,43 @@ class _Stream:
     usage_completion: int | None = None
     usage_prompt: int | None = None
     finish_reason: str | None = None
+    token_ids: list[int] = field(default_factory=list)
+    ids_seen: bool = False
+    scores: list[TokenScore] = field(default_factory=list)
+
+
+def _chunk_ids(choice: dict[str, Any]) -> list[int] | None:
+    """A choice's token ids: vLLM's `token_ids`, LMDeploy's `gen_tokens` (on a completion choice, in a chat
+    delta) or `output_ids`; None when it carries none."""
+    raw = choice.get("delta")
+    delta: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    for ids in (choice.get("token_ids"), choice.get("gen_tokens"), delta.get("gen_tokens"),
+                choice.get("output_ids")):  # fmt: skip
+        if isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            return ids
+    return None
+
+
+def _chunk_scores(choice: dict[str, Any]) -> list[TokenScore]:
+    """A choice's logprobs as TokenScores: chat's `{content: [{token, logprob, top_logprobs}]}` or a
+    completion's `{tokens, token_logprobs, top_logprobs: [{token: logprob}]}`; [] when absent or malformed."""
+    lp = choice.get("logprobs")
+    if not isinstance(lp, dict):
+        return []
+    out: list[TokenScore] = []
+    try:
+        if isinstance(lp.get("content"), list):
+            for e in lp["content"]:
+                top = [(str(t["token"]), float(t["logprob"])) for t in e.get("top_logprobs") or []]
+                out.append(TokenScore(token=str(e["token"]), logprob=float(e["logprob"]), top=top))
+        elif isinstance(lp.get("tokens"), list):
+            tops = lp.get("top_logprobs") or [None] * len(lp["tokens"])
+            for tok, value, alts in zip(lp["tokens"], lp.get("token_logprobs") or [], tops, strict=False):
+                top = sorted(((str(t), float(v)) for t, v in (alts or {}).items()), key=lambda x: -x[1])
+                out.append(TokenScore(token=str(tok), logprob=float(value), top=top))
+    except (KeyError, TypeError, ValueError):
+        return []
+    return out
 
 
 def _chunk_text(choice: dict[str, Any], mode: Mode) -> str:
@@ -263,6 +323,10 @@ def _handle_event(s: _Stream, data: bytes, now: float, mode: Mode) -> bool:
     for c in choices:
         if c.get("finish_reason"):
             s.finish_reason = c["finish_reason"]
+        if (ids := _chunk_ids(c)) is not None:
+            s.token_ids.extend(ids)
+            s.ids_seen = True
+        s.scores.extend(_chunk_scores(c))
     if text:
         s.times.append(now)
         s.texts.append(text)
@@ -359,6 +423,10 @@ async def send_request(
     fill_record(rec, [t - t0 for t in s.times], s.texts, s.cumulative, s.usage_completion, counter)
     rec.prompt_tokens = s.usage_prompt
     rec.finish_reason = s.finish_reason
+    if s.ids_seen and (s.usage_completion is None or len(s.token_ids) == s.usage_completion):
+        rec.token_ids = s.token_ids
+    if spec.top_logprobs is not None and s.scores:
+        rec.scores = s.scores
     if s.stamps and len(s.stamps) == len(s.times):
         rec.server_chunk_times = [round(t - t0, 7) for t in s.stamps]
         rec.server_arrival_s = round(s.arrive - t0, 7) if s.arrive is not None else None

@@ -4,9 +4,11 @@ any `--baseline-engine` alternatives) and every requested draft-token count, res
 the serve stage's `create_engine(serve_request, run_dir, progress)` for each, with a copy of one
 `ServeRequest` that differs only in its draft-token count (a `--baseline-engine` also in its server). Every
 run: warm-up, a /metrics scrape, the requests (with NVML sampling), a settled /metrics scrape, then
-aggregates, acceptance, the server cross-check and the roofline. Faults stay local: a run above
-`--max-error-rate` fails alone, a server that will not start or dies is reported with its log tail and the
-sweep moves on, and Ctrl-C writes the partial report marked incomplete before the interrupt propagates."""
+aggregates, acceptance, the server cross-check and the roofline; a baseline then gets an untimed
+reference pass with logprobs, which the lossless check uses to explain divergences. Faults stay local: a
+run above `--max-error-rate` fails alone, a server that will not start or dies is reported with its log
+tail and the sweep moves on, and Ctrl-C writes the partial report marked incomplete before the interrupt
+propagates."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import datetime as dt
 import os
 import platform
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +32,7 @@ from ..report.models import (
     BenchReport,
     EngineInfo,
     HostInfo,
+    ReferencePass,
     RequestRecord,
     Run,
     ServerCheck,
@@ -203,6 +207,33 @@ class RunContext:
         verdict = {True: "steady", False: "NOT steady", None: "not checked"}[w.steady]
         self.progress(f"{tag}: warm-up {w.passes} pass(es) of {n} request(s) ({rates} tok/s): {verdict}")
         return w
+
+    def reference_pass(self, run: Run, base_url: str, model: str) -> None:
+        """After a baseline's timed trials: one request per prompt asking for logprobs with the top 2
+        alternatives, whose margins explain where speculative runs leave the baseline's text
+        (`divergence.py`). Untimed, so asking for logprobs cannot slow the baseline's figures; a server
+        that refuses or ignores logprobs leaves the divergences unexplained, never the run failed."""
+        spec = dataclasses.replace(self.spec(model), top_logprobs=2)
+        timed = {r.id: r for r in run.requests if r.ok and r.repeat == 0 and r.trial == 0}
+        t0 = time.perf_counter()
+        prompts = self.workload.prompts
+        records, _ = run_async(run_requests(base_url, spec, prompts, concurrency=run.concurrency))
+        ref = ReferencePass(requests=len(records), seconds=round(time.perf_counter() - t0, 3))
+        for r in records:
+            if not r.ok:
+                ref.error = ref.error or r.error
+                continue
+            ref.ok += 1
+            ref.with_logprobs += r.scores is not None and len(r.scores) == (r.output_tokens or 0)
+            ref.with_token_ids += r.token_ids is not None
+            same = r.id in timed and r.output_text == timed[r.id].output_text
+            ref.same_as_timed += same
+            run.reference[r.id] = r
+        run.reference_pass = ref
+        self.progress(
+            f"{run.label} c={run.concurrency}: reference pass (logprobs, untimed): {ref.with_logprobs}/"
+            f"{ref.requests} with logprobs, {ref.same_as_timed} equal to the timed output"
+        )
 
     def measure(self, run: Run, base_url: str, metrics_url: str, model: str) -> Run:
         """Warm up to steady state, then `trials` measured passes of the workload, each between a /metrics
@@ -659,9 +690,16 @@ def _sweep(report: BenchReport, ctx: RunContext, factory: EngineFactory, out: Pa
                     run.log_tail = _tail(engine.log_path)
                     ctx.progress(f"{label}: the server died; continuing with the next run")
                     break
+                if run.baseline and wants_reference(ctx.request) and run.status == "ok":
+                    ctx.reference_pass(run, engine.base_url, engine.model_name)
         finally:
             engine.stop()
     return errors
+
+
+def wants_reference(request: BenchRequest) -> bool:
+    """Whether baselines get a reference pass: at temperature 0 with a speculative run to compare."""
+    return request.settings.temperature == 0 and any(s.draft_tokens > 0 for _, s in sweep_plan(request))
 
 
 def finalize(report: BenchReport, request: BenchRequest, counter: TokenCounter | None) -> None:
@@ -681,7 +719,7 @@ def finalize(report: BenchReport, request: BenchRequest, counter: TokenCounter |
             if not r.baseline and r.status in ("ok", "failed"):
                 step_cost(base, r)
             if not r.baseline and b.temperature == 0 and r.status in ("ok", "failed"):
-                r.lossless = lossless(base, r, counter)
+                r.lossless = lossless(base, r, counter, b.near_tie_margin)
         if report.best_k is None:
             report.best_k = predict_best_k(
                 base,

@@ -208,6 +208,11 @@ class BenchSection(Section):
     )
     repeats: int = Field(1, ge=1)
     temperature: float = Field(0.0, ge=0)
+    near_tie_margin: float = Field(
+        0.25, ge=0,
+        description="lossless check: a divergence where the baseline's top-2 logprob margin is below this "
+        "is a near-tie, else a mismatch (docs/bench.md)",
+    )  # fmt: skip
     seed: int = 0
     ignore_eos: bool = False
     mode: Literal["chat", "completion"] = "chat"

@@ -19,22 +19,31 @@ from .reports import DraftEvalReport, DraftTrainReport
 
 
 class DraftTrainRequest(DraftSection):
-    """Everything `train_drafter` needs, frozen: the `[draft]` settings, the target and the directory to
-    create. Build it once with `from_config`."""
+    """Everything `train_drafter` needs, frozen: the `[draft]` settings, the target, the directory to
+    create and, optionally, the teacher: the checkpoint that will be served (a GPTQ/AWQ quantization of the
+    target), whose hidden states and greedy continuations the drafter then learns from instead of the
+    target's. Build it once with `from_config`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     target: str
     out: str
+    teacher: str | None = None
 
     @classmethod
     def from_config(
-        cls, cfg: SpecqConfig | DraftSection, *, target: str | Path, out: str | Path | None
+        cls,
+        cfg: SpecqConfig | DraftSection,
+        *,
+        target: str | Path,
+        out: str | Path | None,
+        teacher: str | Path | None = None,
     ) -> DraftTrainRequest:
         section = cfg.draft if isinstance(cfg, SpecqConfig) else cfg
         if not out:
             raise UsageError("no output directory: pass --out DIR")
-        return cls.model_validate({**section.model_dump(), "target": str(target), "out": str(out)})
+        inputs = {"target": str(target), "out": str(out), "teacher": str(teacher) if teacher else None}
+        return cls.model_validate({**section.model_dump(), **inputs})
 
 
 class DraftEvalRequest(DraftSection):
@@ -75,10 +84,12 @@ class DraftEvalRequest(DraftSection):
 
 
 def train_drafter(cfg: DraftTrainRequest, progress: Progress = null_progress) -> DraftTrainReport:
-    """Train a drafter for `cfg.target` and write it, with `draft_report.json`, to `cfg.out` (atomically)."""
+    """Train a drafter for `cfg.target` (taught by `cfg.teacher` when given) and write it, with
+    `draft_report.json`, to `cfg.out` (atomically)."""
     from .train import train_drafter as _train
 
-    return _train(Path(cfg.target), Path(cfg.out), cfg, progress)
+    teacher = Path(cfg.teacher) if cfg.teacher else None
+    return _train(Path(cfg.target), Path(cfg.out), cfg, progress, teacher=teacher)
 
 
 def evaluate_drafter(cfg: DraftEvalRequest, progress: Progress = null_progress) -> DraftEvalReport:

@@ -109,8 +109,25 @@ def read_prompts(path: Path) -> list[str]:
 # ---------------------------------------------------------------- target side (torch)
 
 
+def quantization_label(path: Path) -> str:
+    """How a target's weights are stored, for the reports: 'awq 4-bit, group 128 (gptqmodel)' for a
+    GPTQ/AWQ checkpoint, else its dtype ('bfloat16')."""
+    from ..checkpoint import Checkpoint
+
+    ckpt = Checkpoint(path)
+    q = ckpt.quantization
+    if q is None:
+        return str(ckpt.torch_dtype or "unquantized")
+    bits = f" {q.bits}-bit" if q.bits else ""
+    group = f", group {q.group_size}" if q.group_size and q.group_size > 0 else ""
+    return f"{q.method}{bits}{group}"
+
+
 class Target:
-    """The frozen target: tokenizer, model, its embeddings and lm_head, feature extraction, greedy runs."""
+    """The frozen target: tokenizer, model, its embeddings and lm_head, feature extraction, greedy runs. A
+    GPTQ/AWQ checkpoint is loaded through the project's one quantized loader
+    (`engines.embedded.load_quantized`, gptqmodel), so its hidden states, greedy tokens, embeddings and head
+    are the 4-bit model's own: what a drafter meets when that checkpoint is served."""
 
     def __init__(self, path: Path, device: str, progress: Progress = null_progress):
         try:
@@ -118,6 +135,8 @@ class Target:
             from transformers import AutoModelForCausalLM, AutoTokenizer
         except ImportError as e:
             raise missing_package(e.name or "torch", "ml") from None
+        from ..checkpoint import Checkpoint
+
         self.path = path
         self.device = torch.device(device)
         try:
@@ -125,18 +144,39 @@ class Target:
         except (OSError, ValueError) as e:
             raise InputError(f"{path}: cannot load its tokenizer ({str(e).splitlines()[0]})") from None
         dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
+        quant = Checkpoint(path).quantization
+        self.quantization = quantization_label(path)
         try:
-            model: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+            if quant is not None and quant.method in ("gptq", "awq"):
+                model: Any = self._load_quantized(path, quant.method)
+            else:
+                model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
             self.model = model.to(self.device)
         except (OSError, ValueError, ImportError, RuntimeError) as e:
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise EnvironmentMissing(f"{path}: transformers cannot load this target here ({msg})") from None
         self.model.eval()
         self.model.requires_grad_(False)
-        self.num_layers = int(self.model.config.num_hidden_layers)
+        # a multimodal checkpoint (gptqmodel loads Qwen3.5 with its vision tower) keeps the LM's sizes here
+        self.config: Any = getattr(self.model.config, "text_config", None) or self.model.config
+        self.num_layers = int(self.config.num_hidden_layers)
+        self.vocab_size = int(self.config.vocab_size)
         self.embed = self.model.get_input_embeddings()
         self.lm_head = self.model.get_output_embeddings()
-        progress(f"target {path.name}: {self.num_layers} layers, hidden {self.model.config.hidden_size}")
+        progress(
+            f"target {path.name} ({self.quantization}): {self.num_layers} layers, "
+            f"hidden {self.config.hidden_size}"
+        )
+
+    def _load_quantized(self, path: Path, method: str) -> Any:
+        from ..engines.embedded import load_quantized
+        from ..hardware import module_present
+
+        if not module_present("gptqmodel"):
+            raise EnvironmentMissing(
+                f"{path}: a {method} checkpoint; loading it needs gptqmodel (pip install 'specq[quant]')"
+            )
+        return load_quantized(path, self.device.type)
 
     def chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
         """Token ids of a conversation through the target's chat template, generation prompt added."""

@@ -139,6 +139,7 @@ def summarize(
     anchors: int,
     seconds: float,
     cost: StepCost | None = None,
+    target_quantization: str | None = None,
     lmdeploy_checked: bool = False,
     lengths: list[list[int]] | None = None,
     workload: str = "held-out text",
@@ -163,6 +164,7 @@ def summarize(
     text_lengths, loops = without_loops(lengths, texts) if lengths is not None and texts else (None, 0)
     return DraftEvalReport(
         target=target,
+        target_quantization=target_quantization,
         draft=draft,
         block_size=block_size,
         prompts=prompts,
@@ -284,6 +286,7 @@ def _evaluate(
     return summarize(
         acc,
         target=str(target_path),
+        target_quantization=target.quantization,
         draft=str(draft_path),
         block_size=bs,
         prompts=prompts,

@@ -24,7 +24,10 @@ class SpeedupPrediction(BaseModel):
 
 class DraftEvalReport(BaseModel):
     schema_version: int = SCHEMA_VERSION
-    target: str
+    target: str = Field(description="the checkpoint the drafter was scored against (its greedy tokens)")
+    target_quantization: str | None = Field(
+        None, description="how that target stores its weights: 'awq 4-bit, group 128', or its dtype"
+    )
     draft: str
     block_size: int
     prompts: int
@@ -60,6 +63,10 @@ class DraftEvalReport(BaseModel):
 class DraftTrainReport(BaseModel):
     schema_version: int = SCHEMA_VERSION
     target: str
+    teacher: str | None = Field(
+        None, description="what the drafter learned from: the target, or the --teacher checkpoint"
+    )
+    teacher_quantization: str | None = None
     out: str
     versions: dict[str, str | None]
     device: str

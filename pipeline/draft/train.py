@@ -66,15 +66,24 @@ def _sequences(target: Any, texts: list[str], cfg: DraftSection, block_size: int
 
 
 def train_drafter(
-    target_path: Path, out: Path, cfg: DraftSection, progress: Progress = null_progress
+    target_path: Path,
+    out: Path,
+    cfg: DraftSection,
+    progress: Progress = null_progress,
+    teacher: Path | None = None,
 ) -> DraftTrainReport:
-    """`specq draft train`: the whole pipeline, ending in an atomic checkpoint directory at `out`."""
+    """`specq draft train`: the whole pipeline, ending in an atomic checkpoint directory at `out`. With a
+    `teacher` (the checkpoint that will be served, e.g. an AWQ or GPTQ quantization of the target), the
+    sequences, features, labels, embeddings, head and the held-out evaluation are the teacher's; the
+    drafter's config still comes from the target, whose shape the teacher must share."""
     with cpu_threads(cfg.threads):
-        return _train(target_path, out, cfg, progress)
+        return _train(target_path, out, cfg, progress, teacher)
 
 
-def _train(target_path: Path, out: Path, cfg: DraftSection, progress: Progress) -> DraftTrainReport:
-    prep = _prepare(target_path, out, cfg, progress)
+def _train(
+    target_path: Path, out: Path, cfg: DraftSection, progress: Progress, teacher: Path | None = None
+) -> DraftTrainReport:
+    prep = _prepare(target_path, out, cfg, progress, teacher)
     fit = _fit(prep, cfg, progress)
     return _evaluate_and_export(prep, fit, cfg, out, progress)
 
@@ -85,7 +94,8 @@ class _Prepared:
     and the untrained drafter with its exported config."""
 
     target_ckpt: Checkpoint
-    target: Target
+    teacher_ckpt: Checkpoint  # the target itself unless --teacher
+    target: Target  # the teacher's model: everything the drafter learns from
     texts: Texts
     layer_ids: list[int]
     device: str
@@ -108,17 +118,36 @@ class _Fit(NamedTuple):
     seconds: float
 
 
-def _prepare(target_path: Path, out: Path, cfg: DraftSection, progress: Progress) -> _Prepared:
-    """Check the target and the output, build the sequences and their target features, init the drafter."""
+def check_teacher(target: Checkpoint, teacher: Checkpoint) -> None:
+    """A teacher must be the target in another form (a quantization of it): the same language model shape
+    and vocabulary, or the drafter's config (written from the target) would not fit what it learned."""
+    a, b = target.text_config, teacher.text_config
+    for f in ("hidden_size", "num_hidden_layers", "vocab_size"):
+        if a.get(f) != b.get(f):
+            raise InputError(
+                f"--teacher {teacher.path}: {f} {b.get(f)} differs from the target's {a.get(f)}; the teacher "
+                "must be the target itself quantized (specq quantize TARGET)"
+            )
+
+
+def _prepare(
+    target_path: Path, out: Path, cfg: DraftSection, progress: Progress, teacher: Path | None = None
+) -> _Prepared:
+    """Check the target (and teacher) and the output, build the sequences and their features from the
+    teacher (the target itself by default), init the drafter."""
     t_start = time.perf_counter()
     target_ckpt = Checkpoint(target_path)
     layer_ids = check_target(target_ckpt, cfg)
     if out.exists():
         raise InputError(f"{out} already exists; choose another --out or remove it")
     validate_checkpoint(target_ckpt, role="target")
+    teacher_ckpt = target_ckpt
+    if teacher is not None:
+        teacher_ckpt = validate_checkpoint(Checkpoint(teacher), role="teacher")
+        check_teacher(target_ckpt, teacher_ckpt)
     check_writable(out)
     device = pick_device(cfg.device)
-    dtype = export.resolve_dtype(cfg.dtype, target_ckpt)
+    dtype = export.resolve_dtype(cfg.dtype, teacher_ckpt)  # for the checkpoint that will be served
     try:
         import torch
     except ImportError:
@@ -129,14 +158,14 @@ def _prepare(target_path: Path, out: Path, cfg: DraftSection, progress: Progress
     torch.manual_seed(cfg.seed)
     bs = cfg.block_size
     texts = load_texts(cfg.data, target_path)
-    target = Target(target_path, device, progress)
+    target = Target(teacher_ckpt.path, device, progress)
     tokens, start = _sequences(target, texts.train, cfg, bs, progress)
     n, t = tokens.shape
     if t - bs + 1 < start:
         raise InputError(f"sequences of {t} tokens are too short for block size {bs}")
     progress(f"target features at layers {layer_ids} for {n} sequences of {t} tokens")
     feats, greedy = target.features(tokens, layer_ids)
-    vocab = int(target.model.config.vocab_size)
+    vocab = target.vocab_size
     mask_id = (
         cfg.mask_token_id
         if cfg.mask_token_id is not None
@@ -163,8 +192,8 @@ def _prepare(target_path: Path, out: Path, cfg: DraftSection, progress: Progress
     init_weights(drafter, cfg.seed)
     drafter.to(device)
     return _Prepared(
-        target_ckpt, target, texts, layer_ids, device, dtype, tokens, start, feats, greedy, mask_id, config,
-        drafter, started=t_start, prepare_seconds=time.perf_counter() - t_start,
+        target_ckpt, teacher_ckpt, target, texts, layer_ids, device, dtype, tokens, start, feats, greedy,
+        mask_id, config, drafter, started=t_start, prepare_seconds=time.perf_counter() - t_start,
     )  # fmt: skip
 
 
@@ -262,14 +291,15 @@ def _evaluate_and_export(
     acc, n_anchors, lengths = acceptance(prep.drafter, prep.target, data, bs, prep.mask_id)
     texts = continuations(prep.target, data)
     state = {k: v for k, v in prep.drafter.state_dict().items()}
-    target_path = prep.target_ckpt.path
+    target_path, teacher_path = prep.target_ckpt.path, prep.teacher_ckpt.path
     n, t = prep.tokens.shape
     with atomic_dir(out) as tmp:
         export.write_checkpoint(tmp, prep.config, state, prep.dtype)
         checked = contract.validate_drafter(Checkpoint(tmp), prep.target_ckpt)
         ev = summarize(
             acc,
-            target=str(target_path),
+            target=str(teacher_path),  # what the held-out acceptance was scored against
+            target_quantization=prep.target.quantization,
             draft=str(out),
             block_size=bs,
             prompts=int(data[0].shape[0]),
@@ -282,6 +312,8 @@ def _evaluate_and_export(
         )
         report = DraftTrainReport(
             target=str(target_path),
+            teacher=str(teacher_path),
+            teacher_quantization=prep.target.quantization,
             out=str(out),
             versions={p: package_version(p) for p in ("specq", "torch", "transformers", "lmdeploy")},
             device=prep.device,

@@ -52,13 +52,33 @@ def load_quantized(path: Path, device: str) -> Any:
     method = str((cfg.get("quantization_config") or {}).get("quant_method", "")).lower()
     if LOADERS.get(method) == "gptqmodel":
         os.environ.setdefault("GPTQMODEL_CPU_WORKERS", str(min(2, os.cpu_count() or 1) or 1))
-        from gptqmodel import GPTQModel
+        with stdout_to_stderr():  # gptqmodel prints its banner and kernel choices on stdout
+            from gptqmodel import GPTQModel
 
-        with gptqmodel_text_only(path):
-            return GPTQModel.load(str(path), device=device).model.eval()
+            with gptqmodel_text_only(path):
+                return GPTQModel.load(str(path), device=device).model.eval()
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(str(path), device_map=device).eval()
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send what is written to stdout (Python's and fd 1, which native code and `print` share) to stderr
+    while active: stdout is a command's data (`--json`), and a library's log lines there corrupt it."""
+    import sys
+
+    sys.stdout.flush()
+    saved_fd, saved = os.dup(1), sys.stdout
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stdout = saved
+        os.dup2(saved_fd, 1)
+        os.close(saved_fd)
 
 
 @contextlib.contextmanager

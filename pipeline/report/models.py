@@ -49,6 +49,15 @@ class Stats(BaseModel):
 TokenSource = Literal["usage-stream", "tokenizer", "chars", "chunks"]
 
 
+class TokenScore(BaseModel):
+    """One output token as a server scored it: its text (the server's token string), its logprob and the
+    top alternatives (token string, logprob), best first."""
+
+    token: str
+    logprob: float
+    top: list[tuple[str, float]] = Field(default_factory=list)
+
+
 class RequestRecord(BaseModel):
     """One request. Times are seconds; `chunk_times` are arrivals of content chunks after the send."""
 
@@ -79,6 +88,12 @@ class RequestRecord(BaseModel):
     server_chunk_times: list[float] | None = None
     server_arrival_s: float | None = None  # when the stamping server read the request, after the send
     output_text: str = ""
+    # The output's token ids when the server sent them (`return_token_ids`: LMDeploy's `gen_tokens`, vLLM's
+    # `token_ids`); the lossless check compares these, else a local re-tokenization of the text.
+    token_ids: list[int] | None = None
+    # Per output token, the reference pass's logprobs (`logprobs` + `top_logprobs`); kept in memory for the
+    # lossless check, not written to the report (its classified divergences are).
+    scores: list[TokenScore] | None = Field(None, exclude=True)
 
     @property
     def chunks(self) -> int:
@@ -220,15 +235,38 @@ class Roofline(BaseModel):
 
 
 class Lossless(BaseModel):
-    """Temperature-0 outputs of a speculative run against the baseline's, prompt by prompt."""
+    """Temperature-0 outputs of a speculative run against the baseline's, prompt by prompt. Each divergence
+    is explained from the baseline's reference pass (`bench/divergence.py`): where the baseline's top-2
+    logprob margin at the first differing token is below `near_tie_margin` it is a near-tie (numerics can
+    flip it), at or above it a mismatch, and without logprobs there unexplained."""
 
     compared: int
     exact_matches: int
     exact_match_rate: float
     mean_prefix_agreement: float  # common prefix / longer output, averaged
     unit: Literal["tokens", "chars"]
-    mismatches: list[dict[str, Any]] = Field(default_factory=list)  # id, first divergence, lengths
+    token_ids: bool = False  # compared as the servers' own token ids (else re-tokenized text, or chars)
+    # id, first_divergence, lengths; baseline_token/run_token ({id, text}), margin, runner_up, verdict, why
+    mismatches: list[dict[str, Any]] = Field(default_factory=list)
     passed: bool
+    near_ties: int = 0
+    real_mismatches: int = 0
+    unexplained: int = 0
+    near_tie_margin: float | None = None
+    summary: str = ""
+
+
+class ReferencePass(BaseModel):
+    """The baseline's untimed pass that asks for logprobs (`logprobs`, `top_logprobs: 2`): one request per
+    prompt after the timed trials, so its cost never enters the baseline's figures."""
+
+    requests: int = 0
+    ok: int = 0
+    with_logprobs: int = 0  # requests whose reply carried a logprob for every output token
+    with_token_ids: int = 0
+    same_as_timed: int = 0  # outputs equal to the timed baseline's first trial (greedy is deterministic)
+    seconds: float = 0.0
+    error: str | None = None
 
 
 class RunAggregate(BaseModel):
@@ -260,6 +298,9 @@ class Run(BaseModel):
     engine: str | None = None
     backend: str | None = None
     baseline: bool = False
+    reference_pass: ReferencePass | None = None
+    # the reference pass's records (output ids, text and scores), by prompt id; in memory only
+    reference: dict[str, RequestRecord] = Field(default_factory=dict, exclude=True)
     status: Literal["ok", "failed", "server-failed", "interrupted"] = "ok"
     reason: str | None = None
     log_tail: str | None = None

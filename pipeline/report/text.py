@@ -176,6 +176,8 @@ def draft_train_text(report: DraftTrainReport) -> str:
     return _lines(
         [
             f"drafter: {report.out}  ({report.steps} steps, {report.train_seconds:.0f}s training)",
+            f"taught by: {report.teacher or report.target} ({report.teacher_quantization or '?'}); "
+            f"offline figures below are against it",
             f"acceptance by position: {' / '.join(f'{a:.2f}' for a in ev.acceptance_by_position)}",
             f"τ (mean accepted length): {ev.tau:.2f}   "
             f"best k: {ev.best_k} (predicted ×{ev.best_speedup:.2f})",
@@ -186,6 +188,7 @@ def draft_train_text(report: DraftTrainReport) -> str:
 def draft_eval_text(report: DraftEvalReport) -> str:
     k = report.block_size - 1
     lines = [
+        f"against: {report.target} ({report.target_quantization or '?'})",
         f"acceptance by position: {' / '.join(f'{a:.2f}' for a in report.acceptance_by_position)}",
         f"τ (mean accepted length, k={k}): {report.tau:.2f}  [{report.workload}]",
     ]

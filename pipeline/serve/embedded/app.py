@@ -1,7 +1,10 @@
 """The embedded engine's OpenAI-compatible HTTP API (FastAPI): `/v1/models`, `/v1/completions`,
 `/v1/chat/completions` (SSE streaming with `stream_options.include_usage`, and non-streaming), `/health` and
 `/metrics`. Requests are served one at a time by a single generation thread; up to `max_queue` wait, more get
-429. `ignore_eos` and `min_new_tokens` are accepted as LMDeploy accepts them."""
+429. `ignore_eos` and `min_new_tokens` are accepted as LMDeploy accepts them, and so are log-probabilities
+(chat: `logprobs: true` with `top_logprobs: N`; completions: `logprobs: N`, in OpenAI's two shapes, carried
+by the chunk holding each token's text) and `return_token_ids: true` (each chunk's token ids as
+`gen_tokens`, where LMDeploy's api_server puts them: in the chat delta, on the completion choice)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from .generator import GenerationRequest, Generator
+from .generator import GenerationRequest, Generator, TokenLogprob
 from .metrics import EngineMetrics
 
 
@@ -154,7 +157,7 @@ class _Server:
         else:
             raise _Rejected(400, "'prompt' must be a string (or a list of token ids)")
         _check_model(body, self.model_name)
-        return await self.run(self.parse(body, ids), chat=False, body=body)
+        return await self.run(self.parse(body, ids, chat=False), chat=False, body=body)
 
     async def chat_completions(self, body: dict[str, Any]) -> Response:
         messages = body.get("messages")
@@ -163,7 +166,7 @@ class _Server:
         _check_model(body, self.model_name)
         return await self.run(self.parse(body, self.generator.encode_chat(messages)), chat=True, body=body)
 
-    def parse(self, body: dict[str, Any], prompt_ids: list[int]) -> GenerationRequest:
+    def parse(self, body: dict[str, Any], prompt_ids: list[int], chat: bool = True) -> GenerationRequest:
         if body.get("n", 1) != 1:
             raise _Rejected(400, "n > 1 is not supported by the embedded engine")
         if body.get("stop"):
@@ -180,34 +183,93 @@ class _Server:
                 min_new_tokens=int(body.get("min_new_tokens") or body.get("min_tokens") or 0),
                 ignore_eos=bool(body.get("ignore_eos", False)),
                 seed=int(body["seed"]) if body.get("seed") is not None else None,
+                top_logprobs=self.top_logprobs(body, chat),
             )
         except (TypeError, ValueError) as e:
             raise _Rejected(400, f"bad request field: {e}") from None
+
+    def top_logprobs(self, body: dict[str, Any], chat: bool) -> int | None:
+        """How many alternatives per token the request asks for (None: no logprobs): chat's `logprobs:
+        true` with `top_logprobs` (0..20), a completion's `logprobs` (0..5, OpenAI's limits)."""
+        asked = body.get("logprobs")
+        if chat:
+            if not asked:
+                return None
+            n, limit, name = body.get("top_logprobs") or 0, 20, "top_logprobs"
+        else:
+            if asked is None or asked is False:
+                return None
+            n, limit, name = asked, 5, "logprobs"
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= limit:
+            raise _Rejected(400, f"'{name}' must be an integer from 0 to {limit}")
+        if getattr(self.generator, "draft", None) is not None:
+            raise _Rejected(
+                400, "logprobs are not served while speculating (assisted generation also scores the drafts);"
+                " ask the server without a draft model"
+            )  # fmt: skip
+        return n
 
     async def run(self, req: GenerationRequest, chat: bool, body: dict[str, Any]) -> Response:
         check_context(req, self.positions, "messages" if chat else "prompt")
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.admit()
+        return_ids = bool(body.get("return_token_ids"))
         if not body.get("stream"):
-            return await self._complete(req, chat, rid)
+            return await self._complete(req, chat, rid, return_ids)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        return self._stream(req, chat, rid, include_usage)
+        return self._stream(req, chat, rid, include_usage, return_ids)
 
-    async def _complete(self, req: GenerationRequest, chat: bool, rid: str) -> Response:
+    def logprobs(self, scored: list[TokenLogprob], chat: bool) -> dict[str, Any]:
+        """OpenAI's logprobs object for these tokens: chat's `content` list (token, bytes, logprob,
+        top_logprobs), or a completion's parallel lists (tokens, token_logprobs, top_logprobs, text_offset).
+        Token strings are the tokenizer's decoded pieces."""
+        piece = self.generator.token_text
+        if chat:
+
+            def entry(i: int, lp: float) -> dict[str, Any]:
+                t = piece(i)
+                return {"token": t, "bytes": list(t.encode("utf-8")), "logprob": lp}
+
+            content = [
+                {**entry(s.token_id, s.logprob), "top_logprobs": [entry(i, v) for i, v in s.top]}
+                for s in scored
+            ]
+            return {"content": content}
+        tokens = [piece(s.token_id) for s in scored]
+        offsets, at = [], 0
+        for t in tokens:
+            offsets.append(at)
+            at += len(t)
+        return {
+            "tokens": tokens,
+            "token_logprobs": [s.logprob for s in scored],
+            "top_logprobs": [{piece(i): v for i, v in s.top} for s in scored],
+            "text_offset": offsets,
+        }
+
+    async def _complete(self, req: GenerationRequest, chat: bool, rid: str, return_ids: bool) -> Response:
         """The non-streaming answer; the caller has admitted the request, this releases it."""
         loop = asyncio.get_running_loop()
+        scored: list[TokenLogprob] = []
+
+        def on_tokens(ids: list[int], logprobs: list[TokenLogprob]) -> None:
+            scored.extend(logprobs)
+
         try:
             result = await loop.run_in_executor(
-                self.executor, self.generator.generate, req, lambda d, n: None
+                self.executor, lambda: self.generator.generate(req, lambda d, n: None, on_tokens=on_tokens)
             )
         finally:
             self.release()
         usage = _usage(result.prompt_tokens, len(result.token_ids))
-        choice: dict[str, Any] = {"index": 0, "finish_reason": result.finish_reason, "logprobs": None}
+        logprobs = self.logprobs(scored, chat) if req.top_logprobs is not None else None
+        choice: dict[str, Any] = {"index": 0, "finish_reason": result.finish_reason, "logprobs": logprobs}
         if chat:
             choice["message"] = {"role": "assistant", "content": result.text}
         else:
             choice["text"] = result.text
+        if return_ids:
+            (choice["message"] if chat else choice)["gen_tokens"] = result.token_ids
         return JSONResponse(
             {
                 "id": rid,
@@ -219,20 +281,43 @@ class _Server:
             }  # fmt: skip
         )
 
-    def _stream(self, req: GenerationRequest, chat: bool, rid: str, include_usage: bool) -> Response:
+    def _stream(
+        self, req: GenerationRequest, chat: bool, rid: str, include_usage: bool, return_ids: bool
+    ) -> Response:
         """The SSE answer: generation runs on the worker thread and hands deltas to the event loop through a
-        queue; the caller has admitted the request, the worker releases it."""
+        queue; the caller has admitted the request, the worker releases it. Token ids and logprobs, when
+        asked, ride on the chunk that carries the first text after them (text held back for an incomplete
+        UTF-8 sequence waits, and so do they); any left at the end go with the final chunk."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         cancel = threading.Event()
+        held: tuple[list[int], list[TokenLogprob]] = ([], [])
+        wanted = return_ids or req.top_logprobs is not None
+
+        def extras() -> dict[str, Any]:
+            ids, scored = list(held[0]), list(held[1])
+            held[0].clear()
+            held[1].clear()
+            out: dict[str, Any] = {}
+            if return_ids:
+                out["gen_tokens"] = ids
+            if req.top_logprobs is not None:
+                out["logprobs"] = self.logprobs(scored, chat)
+            return out
+
+        def on_tokens(ids: list[int], scored: list[TokenLogprob]) -> None:
+            held[0].extend(ids)
+            held[1].extend(scored)
 
         def on_delta(delta: str, n: int) -> None:
             if delta:
-                loop.call_soon_threadsafe(queue.put_nowait, ("delta", delta))
+                loop.call_soon_threadsafe(queue.put_nowait, ("delta", (delta, extras() if wanted else {})))
 
         def work() -> None:
             try:
-                res = self.generator.generate(req, on_delta, cancel=cancel)
+                res = self.generator.generate(req, on_delta, cancel=cancel, on_tokens=on_tokens)
+                if wanted and held[0]:
+                    loop.call_soon_threadsafe(queue.put_nowait, ("delta", ("", extras())))
                 loop.call_soon_threadsafe(queue.put_nowait, ("done", res))
             except BaseException as e:  # reported to the client as an SSE error event
                 loop.call_soon_threadsafe(queue.put_nowait, ("error", e))
@@ -258,12 +343,18 @@ class _Chunks:
             data["usage"] = usage
         return f"data: {json.dumps(data)}\n\n"
 
-    def delta(self, text: str, finish: str | None = None) -> str:
+    def delta(self, text: str, finish: str | None = None, extras: dict[str, Any] | None = None) -> str:
+        extras = extras or {}
         if self.chat:
-            choice = {"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish,
-                      "logprobs": None}  # fmt: skip
+            delta: dict[str, Any] = {"content": text} if text or "gen_tokens" in extras else {}
+            if "gen_tokens" in extras:
+                delta["gen_tokens"] = extras["gen_tokens"]
+            choice = {"index": 0, "delta": delta, "finish_reason": finish,
+                      "logprobs": extras.get("logprobs")}  # fmt: skip
         else:
-            choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
+            choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": extras.get("logprobs")}
+            if "gen_tokens" in extras:
+                choice["gen_tokens"] = extras["gen_tokens"]
         return self.chunk([choice])
 
     def role(self) -> str:
@@ -285,7 +376,7 @@ async def _events(
         while True:
             kind, value = await queue.get()
             if kind == "delta":
-                yield chunks.delta(value)
+                yield chunks.delta(value[0], extras=value[1])
             elif kind == "error":
                 msg = f"{type(value).__name__}: {value}"
                 yield f"data: {json.dumps({'error': {'message': msg, 'code': 500}})}\n\n"

@@ -32,6 +32,41 @@ class GenerationRequest:
     min_new_tokens: int = 0
     ignore_eos: bool = False
     seed: int | None = None
+    top_logprobs: int | None = None  # record each token's logprob and the top N (None: record nothing)
+
+
+@dataclasses.dataclass
+class TokenLogprob:
+    """One generated token's log-probability under the distribution it was chosen from, and the `top` N
+    (id, logprob) of that distribution, best first."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]]
+
+
+class LogprobRecorder:
+    """A transformers logits processor placed last in the list: it sees the scores the next token is chosen
+    from (the raw logits when no penalty or warper applies, as at temperature 0 without penalties), keeps
+    their log-softmax, and hands each chosen token its `TokenLogprob` when the streamer receives it."""
+
+    def __init__(self, top: int) -> None:
+        self.top = top
+        self.pending: list[Any] = []
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        self.pending.append(torch.log_softmax(scores[0].float(), dim=-1))
+        return scores
+
+    def take(self, token_id: int) -> TokenLogprob | None:
+        if not self.pending:
+            return None
+        row = self.pending.pop(0)
+        values, ids = row.topk(max(self.top, 1)) if self.top else (row[:0], row[:0].long())
+        top = [(int(i), float(v)) for i, v in zip(ids.tolist(), values.tolist(), strict=True)]
+        return TokenLogprob(token_id, float(row[token_id]), top[: self.top])
 
 
 @dataclasses.dataclass
@@ -48,9 +83,16 @@ class TokenStream:
     """A transformers streamer (put/end) that turns token-id chunks into text deltas. One call to `put` may
     carry several tokens (assisted generation emits accepted + 1 per step); every token is counted."""
 
-    def __init__(self, tokenizer: Any, on_delta: Callable[[str, int], None]) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        on_delta: Callable[[str, int], None],
+        recorder: LogprobRecorder | None = None,
+        on_tokens: Callable[[list[int], list[TokenLogprob]], None] | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
         self.on_delta = on_delta
+        self.recorder, self.on_tokens = recorder, on_tokens
         self.ids: list[int] = []
         self._sent = 0  # characters of the decoded text already emitted
         self._prompt_skipped = False
@@ -66,6 +108,9 @@ class TokenStream:
         if self.first_token_at is None:
             self.first_token_at = time.perf_counter()
         self.ids.extend(new)
+        if self.on_tokens is not None:  # before the delta: a chunk carries the ids and logprobs of its text
+            taken = [self.recorder.take(t) for t in new] if self.recorder is not None else []
+            self.on_tokens(new, [t for t in taken if t is not None])
         text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
         # Hold back an incomplete UTF-8 sequence until the next token completes it.
         stable = len(text) - 1 if text.endswith("\ufffd") else len(text)
@@ -153,6 +198,10 @@ class Generator:
             text = "".join(f"{m.get('role', 'user')}: {_content(m)}\n" for m in messages) + "assistant: "
         return list(tok(text, add_special_tokens=False)["input_ids"])
 
+    def token_text(self, token_id: int) -> str:
+        """One token as text (a piece of a multi-byte character decodes to U+FFFD)."""
+        return str(self.tokenizer.decode([token_id], skip_special_tokens=False))
+
     def encode(self, prompt: str) -> list[int]:
         return list(self.tokenizer(prompt)["input_ids"])
 
@@ -161,9 +210,13 @@ class Generator:
         req: GenerationRequest,
         on_delta: Callable[[str, int], None],
         cancel: threading.Event | None = None,
+        on_tokens: Callable[[list[int], list[TokenLogprob]], None] | None = None,
     ) -> GenerationResult:
+        """Generate for `req`, calling `on_delta(text, tokens)` as text becomes final and, when given,
+        `on_tokens(ids, logprobs)` just before for the same tokens (logprobs only when `req.top_logprobs`
+        is set; speculation then is refused by the server, since assisted generation scores drafts too)."""
         import torch
-        from transformers import StoppingCriteria, StoppingCriteriaList
+        from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
         class Cancelled(StoppingCriteria):
             def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
@@ -180,7 +233,8 @@ class Generator:
                     self.metrics.add_generation_tokens(n)
                 on_delta(delta, n)
 
-            stream = TokenStream(self.tokenizer, counted)
+            recorder = LogprobRecorder(req.top_logprobs) if req.top_logprobs is not None else None
+            stream = TokenStream(self.tokenizer, counted, recorder, on_tokens)
             input_ids = torch.tensor([req.prompt_ids], dtype=torch.long, device=self.model.device)
             kwargs: dict[str, Any] = {
                 "max_new_tokens": req.max_new_tokens,
@@ -192,6 +246,8 @@ class Generator:
                 "repetition_penalty": req.repetition_penalty,
                 "stopping_criteria": StoppingCriteriaList([Cancelled()]),
             }
+            if recorder is not None:
+                kwargs["logits_processor"] = LogitsProcessorList([recorder])
             min_new = req.max_new_tokens if req.ignore_eos else min(req.min_new_tokens, req.max_new_tokens)
             if min_new > 0:
                 kwargs["min_new_tokens"] = min_new
