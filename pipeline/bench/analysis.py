@@ -31,7 +31,7 @@ from ..report.models import (
 from ..report.rates import BASIS_NAMES, client_decode_rate, run_rate, trial_rate
 from ..speedup import StepCost, StepCostCurve, best_k, expected_tokens_per_step, load_curve, predict_speedup
 from .client import TokenCounter, per_token_latencies
-from .divergence import NEAR_TIE_MARGIN, Divergence, explain
+from .divergence import NEAR_TIE_MARGIN, Divergence, common_prefix, explain
 from .divergence import summary as divergence_summary
 
 
@@ -323,15 +323,6 @@ def roofline(
 # ----------------------------------------------------------------------------------------------- lossless
 
 
-def _common_prefix(a: Sequence[object], b: Sequence[object]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def lossless(
     baseline: Run,
     run: Run,
@@ -369,7 +360,7 @@ def lossless(
             exact += 1
             agree.append(1.0)
             continue
-        k = _common_prefix(sa, sb)
+        k = common_prefix(sa, sb)
         longest = max(len(sa), len(sb)) or 1
         agree.append(k / longest)
         d = explain(ra, rb, k, by_ids, baseline.reference.get(ra.id), decode, near_tie_margin, piece)

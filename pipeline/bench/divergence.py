@@ -60,7 +60,8 @@ class Divergence:
         }
 
 
-def _common_prefix(a: Sequence[object], b: Sequence[object]) -> int:
+def common_prefix(a: Sequence[object], b: Sequence[object]) -> int:
+    """How many leading items `a` and `b` share (token ids, or characters)."""
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:
@@ -116,7 +117,7 @@ def explain(
 
         base_tok, run_tok = token(sa, position), token(sb, position)
     else:
-        char = _common_prefix(a, b)
+        char = common_prefix(a, b)
         base_tok = {"id": None, "text": a[char : char + 12]} if char < len(a) else None
         run_tok = {"id": None, "text": b[char : char + 12]} if char < len(b) else None
     if ref is None or not ref.scores:
@@ -128,7 +129,7 @@ def explain(
         same = ref.token_ids[: position + 1] == sa[: position + 1] and position < len(sa)
         index = position if same else None
     else:
-        index = _reference_index(ref, a, _common_prefix(a, b), piece)
+        index = _reference_index(ref, a, common_prefix(a, b), piece)
     if index is None or index >= len(ref.scores):
         why = "the reference pass's output leaves the timed baseline's before this token"
         return Divergence(position, base_tok, run_tok, None, None, "unexplained", why)

@@ -163,6 +163,16 @@ def test_full_queue_answers_429(server) -> None:
     assert codes.count(200) == 3 and codes.count(429) == 1, codes
 
 
+def test_logprobs_are_refused_while_speculating_but_token_ids_are_served(server) -> None:
+    body = {"model": "toy", "max_tokens": 4, "temperature": 0, "return_token_ids": True,
+            "messages": [{"role": "user", "content": "def add(a, b):"}]}  # fmt: skip
+    r = httpx.post(f"{server.base_url}/v1/chat/completions", json={**body, "logprobs": True}, timeout=60)
+    assert r.status_code == 400 and "while speculating" in r.json()["error"]["message"]
+    ok = httpx.post(f"{server.base_url}/v1/chat/completions", json=body, timeout=60).json()
+    message = ok["choices"][0]["message"]
+    assert len(message["gen_tokens"]) == ok["usage"]["completion_tokens"]
+
+
 def test_stop_leaves_no_process(server) -> None:
     """Runs last in this module: stopping the server leaves neither it nor its process group behind."""
     pid = server.pid
@@ -172,13 +182,3 @@ def test_stop_leaves_no_process(server) -> None:
     assert not group_alive(pid)
     assert server.log_path.is_file()
     server.stop()  # idempotent
-
-
-def test_logprobs_are_refused_while_speculating_but_token_ids_are_served(server) -> None:
-    body = {"model": "toy", "max_tokens": 4, "temperature": 0, "return_token_ids": True,
-            "messages": [{"role": "user", "content": "def add(a, b):"}]}  # fmt: skip
-    r = httpx.post(f"{server.base_url}/v1/chat/completions", json={**body, "logprobs": True}, timeout=60)
-    assert r.status_code == 400 and "while speculating" in r.json()["error"]["message"]
-    ok = httpx.post(f"{server.base_url}/v1/chat/completions", json=body, timeout=60).json()
-    message = ok["choices"][0]["message"]
-    assert len(message["gen_tokens"]) == ok["usage"]["completion_tokens"]
