@@ -55,12 +55,15 @@ def drafter_config(
 
 
 def resolve_dtype(requested: str, target: Checkpoint) -> str:
-    """`auto`: fp16 for a quantized target (the PyTorch engine runs AWQ in fp16 and a bf16 drafter then
-    crashes), else the target's own dtype."""
+    """`auto`: for a quantized target the dtype the PyTorch engine runs it in (fp16 for AWQ, where a bf16
+    drafter crashes; bf16 for a Gated DeltaNet target such as Qwen3.5, which specq serves in bf16 through
+    its LMDeploy compatibility patch), else the target's own dtype."""
+    from ..engines.qwen35 import serve_dtype
+
     if requested != "auto":
         return requested
     if target.quantization is not None:
-        return "float16"
+        return serve_dtype(target) or "float16"
     dt = str(target.torch_dtype or "float32").replace("torch.", "")
     return dt if dt in DTYPES else "float32"
 

@@ -217,7 +217,8 @@ def _drafter(
 
     d = tmp / kind
     d.mkdir()
-    dtype = spec.drafter_dtype(request.quant)
+    text = source.config.get("text_config") or source.config
+    dtype = spec.drafter_dtype(request.quant, "linear_attention" in (text.get("layer_types") or []))
     dtype_name = {"F16": "float16", "BF16": "bfloat16"}[dtype]
     if kind == "dflash":
         from ..draft.contract import DTYPE_FIELDS

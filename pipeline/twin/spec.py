@@ -415,10 +415,11 @@ def eagle3_tensors(cfg: dict[str, Any], dtype: str = "BF16") -> list[TensorSpec]
     return b.out
 
 
-def drafter_dtype(quant: Quant) -> str:
+def drafter_dtype(quant: Quant, gated_delta: bool = False) -> str:
     """A drafter's dtype: fp16 beside an AWQ target (LMDeploy runs AWQ in fp16 and a bf16 drafter then fails,
-    the rule `specq draft train` exports by: draft/export.py `resolve_dtype`), else bf16."""
-    return "F16" if quant == "awq" else "BF16"
+    the rule `specq draft train` exports by: draft/export.py `resolve_dtype`), except beside a Gated DeltaNet
+    target (Qwen3.5), which specq serves in bf16 (engines/lmdeploy_compat); else bf16."""
+    return "F16" if quant == "awq" and not gated_delta else "BF16"
 
 
 def total_bytes(tensors: list[TensorSpec]) -> int:

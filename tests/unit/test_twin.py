@@ -207,8 +207,18 @@ def test_twin_drafters_have_the_target_shape(qwen35_twin):
     target = Checkpoint(qwen35_twin / "awq" / "target")
     dflash = Checkpoint(qwen35_twin / "awq" / "dflash")
     assert check_drafter(dflash, target, draft_tokens=15) == []
-    # beside an AWQ target (run in fp16 by LMDeploy) the drafters are fp16, as `specq draft train` exports
-    assert dflash.config["torch_dtype"] == "float16" and {t.dtype for t in dflash.tensors.values()} == {"F16"}
+    # beside an AWQ Qwen3.5 (run in bf16 through specq's LMDeploy patch) the drafters are bf16, as `specq
+    # draft train` exports; beside any other AWQ target they are fp16 (spec.drafter_dtype)
+    assert dflash.config["torch_dtype"] == "bfloat16" and {t.dtype for t in dflash.tensors.values()} == {
+        "BF16"
+    }
+    from specq.pipeline.twin.spec import drafter_dtype
+
+    assert (drafter_dtype("awq"), drafter_dtype("awq", True), drafter_dtype("bf16")) == (
+        "F16",
+        "BF16",
+        "BF16",
+    )
     assert set(dflash.tensors) == set(expected_tensors(dflash.config))
     c = dflash.config
     shape = DrafterShape(
