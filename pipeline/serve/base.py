@@ -70,6 +70,10 @@ class ProcessEngine(Engine):
     def child_env(self) -> dict[str, str]:
         return dict(os.environ)
 
+    def shown_env(self) -> dict[str, str]:
+        """The variables of `child_env` that `serve --dry-run` shows with the command (never API keys)."""
+        return {}
+
     def preflight(self) -> None:
         """Raise what would make the launch fail (EnvironmentMissing); the default checks nothing."""
 

@@ -7,6 +7,7 @@ before the launch."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from ..engines import lmdeploy_compat
@@ -76,6 +77,12 @@ class LMDeployEngine(ProcessEngine):
         if compat.needs_hook:
             env[lmdeploy_compat.hook.LOG_ENV] = str(self.run_dir / "compat.log")
         return env
+
+    def shown_env(self) -> dict[str, str]:
+        """The compatibility patch's variables, when this launch sets them."""
+        env = self.child_env()
+        names = ("PYTHONPATH", lmdeploy_compat.ENV, lmdeploy_compat.hook.LOG_ENV)
+        return {k: env[k] for k in names if k in env and os.environ.get(k) != env[k]}
 
     def preflight(self) -> None:
         require_lmdeploy(self.spec.backend or "turbomind", self.spec.speculative, self.spec.request)

@@ -42,7 +42,7 @@ class ServeInfo(BaseModel):
     url: str
     metrics_url: str
     command: list[str]  # API keys masked
-    environment: dict[str, str] = {}  # what specq adds to (or changes in) the server's environment
+    environment: dict[str, str] = {}  # variables specq sets for the server, shown to the user (no secrets)
     log: str
     pid: int | None = None
     started: str | None = None
@@ -90,7 +90,7 @@ def info_of(engine: ProcessEngine, cfg: SpecqConfig) -> ServeInfo:
         url=engine.base_url,
         metrics_url=engine.metrics_url,
         command=engine.command(),
-        environment={k: v for k, v in engine.child_env().items() if os.environ.get(k) != v},
+        environment=engine.shown_env(),
         log=str(engine.log_path),
         pid=engine.pid,
         config=cfg.model_dump(include=set(sections), mode="json"),

@@ -44,7 +44,7 @@ def test_bench_on_twins_says_so_and_reads_the_curve(cli, tmp_path):
     assert code == 0, err
     report = BenchReport.load(out / "report.json")
     assert set(report.twin) == {"target", "drafter"}
-    assert f"TWIN: the target {target} is a scale twin" in text
+    assert f"TWIN: the target {target} is a scale twin" in " ".join(text.split())  # wrapped to the terminal
     assert "TWIN:" in (out / "summary.md").read_text()
     bk = report.best_k
     assert bk is not None and bk.k_range == [2]
