@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 
 from .generator import GenerationRequest, Generator
 from .metrics import EngineMetrics
+from .validate import BadRequest, Sampling, messages_of, prompt_of, sampling
 
 
 class _Rejected(Exception):
@@ -144,54 +145,51 @@ class _Server:
         )
 
     async def completions(self, body: dict[str, Any]) -> Response:
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-            prompt = prompt[0]
-        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-            ids = [int(t) for t in prompt]
-        elif isinstance(prompt, str):
-            ids = self.generator.encode(prompt)
-        else:
-            raise _Rejected(400, "'prompt' must be a string (or a list of token ids)")
+        try:
+            settings = sampling(body, self.default_max_tokens)
+            prompt = prompt_of(body, self.vocab_size)
+        except BadRequest as e:
+            raise _Rejected(400, str(e)) from None
         _check_model(body, self.model_name)
-        return await self.run(self.parse(body, ids), chat=False, body=body)
+        ids = prompt if isinstance(prompt, list) else self.generator.encode(prompt)
+        return await self.run(self.request(settings, ids), settings, chat=False)
 
     async def chat_completions(self, body: dict[str, Any]) -> Response:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise _Rejected(400, "'messages' must be a non-empty list")
-        _check_model(body, self.model_name)
-        return await self.run(self.parse(body, self.generator.encode_chat(messages)), chat=True, body=body)
-
-    def parse(self, body: dict[str, Any], prompt_ids: list[int]) -> GenerationRequest:
-        if body.get("n", 1) != 1:
-            raise _Rejected(400, "n > 1 is not supported by the embedded engine")
-        if body.get("stop"):
-            raise _Rejected(400, "'stop' is not supported by the embedded engine")
-        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or self.default_max_tokens
         try:
-            return GenerationRequest(
-                prompt_ids=prompt_ids,
-                max_new_tokens=int(max_tokens),
-                temperature=_num(body.get("temperature"), 0.0),
-                top_p=_num(body.get("top_p"), 1.0),
-                top_k=int(body["top_k"]) if body.get("top_k") else None,
-                repetition_penalty=float(body.get("repetition_penalty") or 1.0),
-                min_new_tokens=int(body.get("min_new_tokens") or body.get("min_tokens") or 0),
-                ignore_eos=bool(body.get("ignore_eos", False)),
-                seed=int(body["seed"]) if body.get("seed") is not None else None,
-            )
-        except (TypeError, ValueError) as e:
-            raise _Rejected(400, f"bad request field: {e}") from None
+            settings = sampling(body, self.default_max_tokens)
+            messages = messages_of(body)
+        except BadRequest as e:
+            raise _Rejected(400, str(e)) from None
+        _check_model(body, self.model_name)
+        try:
+            ids = self.generator.encode_chat(messages)
+        except Exception as e:  # the model's chat template refused these messages (a jinja error)
+            raise _Rejected(
+                400, f"the chat template refused these messages: {type(e).__name__}: {e}"[:300]
+            ) from None
+        return await self.run(self.request(settings, ids), settings, chat=True)
 
-    async def run(self, req: GenerationRequest, chat: bool, body: dict[str, Any]) -> Response:
+    @property
+    def vocab_size(self) -> int | None:
+        config = getattr(getattr(self.generator, "model", None), "config", None)
+        value = getattr(config, "vocab_size", None)
+        return value if isinstance(value, int) and value > 0 else None
+
+    @staticmethod
+    def request(s: Sampling, prompt_ids: list[int]) -> GenerationRequest:
+        return GenerationRequest(
+            prompt_ids=prompt_ids, max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
+            top_k=s.top_k, repetition_penalty=s.repetition_penalty, min_new_tokens=s.min_new_tokens,
+            ignore_eos=s.ignore_eos, seed=s.seed,
+        )  # fmt: skip
+
+    async def run(self, req: GenerationRequest, settings: Sampling, chat: bool) -> Response:
         check_context(req, self.positions, "messages" if chat else "prompt")
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.admit()
-        if not body.get("stream"):
+        if not settings.stream:
             return await self._complete(req, chat, rid)
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        return self._stream(req, chat, rid, include_usage)
+        return self._stream(req, chat, rid, settings.include_usage)
 
     async def _complete(self, req: GenerationRequest, chat: bool, rid: str) -> Response:
         """The non-streaming answer; the caller has admitted the request, this releases it."""
@@ -303,7 +301,7 @@ async def _events(
 async def _body_of(request: Request) -> dict[str, Any]:
     try:
         body = await request.json()
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested deeper than the parser goes
         raise _Rejected(400, "request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise _Rejected(400, "request body must be a JSON object")
@@ -335,10 +333,6 @@ def _check_model(body: dict[str, Any], model_name: str) -> None:
     if name not in (None, "", model_name):
         raise _Rejected(404, f"model '{name}' is not served here; this server serves '{model_name}'",
                         "not_found_error")  # fmt: skip
-
-
-def _num(value: Any, default: float) -> float:
-    return default if value is None else float(value)
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
