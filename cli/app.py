@@ -3,6 +3,7 @@ stderr and its exit code (tracebacks only with SPECQ_DEBUG=1)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -92,25 +93,38 @@ def _unexpected(e: BaseException) -> str:
 
 def _terminate_like_interrupt() -> dict[int, Any]:
     """SIGTERM (`kill`, `timeout`, a CI runner) and SIGHUP (a closed terminal) unwind like Ctrl-C: every
-    `finally` runs, so partial reports are written and managed servers stopped. Further TERM/HUP signals
-    are ignored while that cleanup runs."""
+    `finally` runs, so partial reports are written and managed servers stopped. Further INT/TERM/HUP
+    signals are ignored while that cleanup runs."""
 
     def handler(signum: int, frame: Any) -> None:
-        for name in ("SIGTERM", "SIGHUP"):
-            if hasattr(signal, name):
-                signal.signal(getattr(signal, name), signal.SIG_IGN)
+        _ignore_further_signals()
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
         raise Terminated(signum)
 
     previous: dict[int, Any] = {}
-    for name in ("SIGTERM", "SIGHUP"):
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         sig = getattr(signal, name, None)
         if sig is None:  # no SIGHUP on Windows
             continue
+        if name == "SIGINT" and signal.getsignal(sig) is not signal.default_int_handler:
+            continue  # an ignored SIGINT (a background job) stays ignored, as its user asked
         try:
             previous[sig] = signal.signal(sig, handler)
         except (ValueError, OSError):  # not the main thread: nothing to install
             pass
     return previous
+
+
+def _ignore_further_signals() -> None:
+    """Once one interrupt is being handled, a second Ctrl-C (or TERM/HUP) does not cut the cleanup short
+    with a second traceback ("Exception ignored ..."): cleanup is bounded (servers get SIGKILL after a grace
+    period)."""
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(sig, signal.SIG_IGN)
 
 
 def _quiet_broken_pipe() -> None:
@@ -206,3 +220,6 @@ def main() -> None:
         app()
     except BrokenPipeError:  # raised while Typer itself writes (--help | head)
         _quiet_broken_pipe()
+    finally:  # a Ctrl-C while the interpreter shuts down would print "Exception ignored in ..."
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            _ignore_further_signals()

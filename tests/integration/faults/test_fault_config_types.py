@@ -39,7 +39,11 @@ WRONG_TYPES: list[tuple[str, object, str]] = [
     ("max_position_embeddings", "big", "'max_position_embeddings' must be a positive integer"),
     ("quantization_config", [1], "'quantization_config' must be an object, not a list"),
     ("quantization_config", {"quant_method": "gptq", "bits": "four"}, "'quantization_config.bits'"),
-    ("quantization_config", {"quant_method": ["gptq"]}, "'quantization_config.quant_method' must be a string"),
+    (
+        "quantization_config",
+        {"quant_method": ["gptq"]},
+        "'quantization_config.quant_method' must be a string",
+    ),
     ("quantization_config", {"quant_method": "gptq", "bits": 4, "group_size": "128"}, "group_size"),
     ("text_config", [1], "'text_config' must be an object"),
     ("text_config", {"hidden_size": "64"}, "'text_config.hidden_size'"),
@@ -53,7 +57,9 @@ WRONG_TYPES: list[tuple[str, object, str]] = [
 
 @pytest.mark.parametrize("command", ["convert", "plan", "serve --dry-run"])
 @pytest.mark.parametrize(("key", "value", "needle"), WRONG_TYPES, ids=lambda v: str(v)[:24])
-def test_wrong_typed_config_value_names_file_and_key(key, value, needle, command, specq, toy_target, tmp_path):
+def test_wrong_typed_config_value_names_file_and_key(
+    key, value, needle, command, specq, toy_target, tmp_path
+):
     _set(toy_target, **{key: value})
     r = specq(*_args(command, toy_target, tmp_path))
     assert_one_line(r, 2, "config.json", needle)
