@@ -20,6 +20,7 @@ from typer.core import TyperGroup
 
 from specq.pipeline import __version__
 from specq.pipeline.errors import SpecqError, Terminated, os_error
+from specq.pipeline.printable import printable
 
 from . import _common, _options
 
@@ -142,7 +143,7 @@ def _fail(exc: BaseException, message: str, code: int) -> None:
 
 def _error_line(line: str) -> None:
     """The one form every failure takes on stderr."""
-    _common.err.print(Text.assemble(("specq: error: ", "bold red"), line), highlight=False)
+    _common.err.print(Text.assemble(("specq: error: ", "bold red"), printable(line)), highlight=False)
 
 
 app = typer.Typer(
@@ -181,6 +182,20 @@ def _root(
         # build, and torch about its enum registrations: noise for every command that imports transformers.
         for name in ("torchao", "torch.utils._pytree"):
             logging.getLogger(name).setLevel(logging.ERROR)
+        _quiet_data_libraries()
+
+
+def _quiet_data_libraries() -> None:
+    """datasets draws a "Generating train split" bar for every local file it reads, huggingface_hub logs
+    each retry of an unreachable hub, and pyarrow may warn as it is imported: stderr noise around the one
+    line that matters (with --verbose all of it is shown)."""
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_HUB_VERBOSITY", "error")  # the libraries set their own levels at import
+    os.environ.setdefault("DATASETS_VERBOSITY", "error")
+    for name in ("huggingface_hub", "datasets", "fsspec", "pyarrow"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module=r"pyarrow(\.|$)")
+    warnings.filterwarnings("ignore", message=r".*pyarrow.*", category=FutureWarning)
 
 
 def _register() -> None:

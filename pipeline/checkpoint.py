@@ -409,7 +409,9 @@ def tokenizer_problems(path: Path) -> list[str]:
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
             return [f"{tc}: not valid JSON; the tokenizer is damaged (copy it again from the original model)"]
         if not isinstance(cfg, dict):
-            return [f"{tc}: not a JSON object; the tokenizer is damaged (copy it again from the original model)"]
+            return [
+                f"{tc}: not a JSON object; the tokenizer is damaged (copy it again from the original model)"
+            ]
     tj = path / "tokenizer.json"
     if tj.is_file():
         try:
@@ -427,7 +429,7 @@ def tokenizer_problems(path: Path) -> list[str]:
 
 
 def _tokenizer_builds(tj: Path) -> list[str]:
-    """Whether the `tokenizers` library (what transformers and LMDeploy load tokenizer.json with) builds it."""
+    """Whether the `tokenizers` library (transformers and LMDeploy load tokenizer.json with it) builds it."""
     try:
         from tokenizers import Tokenizer
     except ImportError:
@@ -436,7 +438,9 @@ def _tokenizer_builds(tj: Path) -> list[str]:
         Tokenizer.from_file(str(tj))
     except Exception as e:  # the Rust library raises a bare Exception for any malformed file
         reason = " ".join(str(e).split())[:120]
-        return [f"{tj}: the tokenizers library cannot load it ({reason}); copy it again from the original model"]
+        return [
+            f"{tj}: the tokenizers library cannot load it ({reason}); copy it again from the original model"
+        ]
     return []
 
 

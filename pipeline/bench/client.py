@@ -500,8 +500,8 @@ def run_async(coro: Any) -> Any:
 
     for name in ("SIGTERM", "SIGHUP", "SIGINT"):
         sig = getattr(signal, name, None)
-        if sig is None or (name == "SIGINT" and signal.getsignal(sig) is not signal.default_int_handler):
-            continue
+        if sig is None or (name == "SIGINT" and signal.getsignal(sig) in (signal.SIG_IGN, None)):
+            continue  # an ignored SIGINT (a background job) stays ignored
         try:
             previous[sig] = signal.getsignal(sig)
             loop.add_signal_handler(sig, cancel, sig)
@@ -527,5 +527,7 @@ def run_async(coro: Any) -> Any:
         finally:
             for sig, handler in previous.items():
                 loop.remove_signal_handler(sig)
-                signal.signal(sig, handler)
+                # after a signal, the caller unwinds (writes the partial report, stops servers): a second
+                # Ctrl-C must not cut that short, so further signals stay ignored until the CLI exits
+                signal.signal(sig, signal.SIG_IGN if received else handler)
             loop.close()
