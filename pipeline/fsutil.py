@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import EnvironmentMissing, InputError, os_error
+from .errors import EnvironmentMissing, InputError, SpecqError, os_error
 
 
 @contextlib.contextmanager
@@ -36,6 +36,7 @@ def atomic_dir(dest: str | Path, *, overwrite: bool = False) -> Iterator[Path]:
             if mapped is None:
                 raise
             raise mapped from None
+        apply_umask(tmp)
         if dest.exists() and overwrite:
             old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
             dest.rename(old)
@@ -93,6 +94,19 @@ def cache_root() -> Path:
     return root
 
 
+def apply_umask(root: Path) -> None:
+    """Give everything under `root` the mode a fresh file or directory would get under the user's umask
+    (copies keep their source's mode, temporary files start at 0600/0700); executables stay executable."""
+    mask = umask()
+    for dirpath, dirnames, filenames in os.walk(root):
+        os.chmod(dirpath, 0o777 & ~mask)
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            if not os.path.islink(p):
+                executable = os.stat(p).st_mode & 0o111
+                os.chmod(p, (0o777 if executable else 0o666) & ~mask)
+
+
 def umask() -> int:
     """The process's umask (read from /proc where it can be, so it is never changed, even briefly)."""
     try:
@@ -131,8 +145,12 @@ def atomic_files(dest_dir: str | Path) -> Iterator[Path]:
                     shutil.rmtree(old, ignore_errors=True)
                 else:
                     os.replace(item, target)
-        except OSError as e:
-            mapped = os_error(e, dest_dir, fix=_OUT_FIX)
+        except (OSError, SpecqError) as e:
+            # a fault while writing names the destination, not the temporary file it happened in
+            cause = e if isinstance(e, OSError) else e.__cause__
+            if not isinstance(cause, OSError):
+                raise
+            mapped = os_error(OSError(cause.errno, cause.strerror), dest_dir, fix=_OUT_FIX)
             if mapped is None:
                 raise
             raise mapped from None

@@ -14,6 +14,7 @@ import dataclasses
 import datetime as dt
 import os
 import platform
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -512,13 +513,12 @@ def run_bench(
 ) -> BenchReport:
     """Run the benchmark described by `request` and write its report files; returns the report (gates are
     evaluated into it; `specq.pipeline.report.compare.enforce_gates` turns a failure into exit 3)."""
-    from ..report.formatters import write_outputs
-
     b = request.settings
     model_path = request.serve.model_path
     check_inputs(request, engine_factory)
     out = Path(out_dir or b.out or default_out_dir())
     check_writable(out)  # before any server starts
+    created = not out.exists()
     workload = build_workload(
         suite=b.suite, prompts_file=b.prompts, dataset=b.dataset, field=b.field, requests=b.requests
     )
@@ -541,7 +541,7 @@ def run_bench(
         report.complete = False
         report.notes.append("interrupted: partial report")
         finalize(report, request, counter)
-        write_outputs(report, out)
+        _write(report, out, created)
         raise
     empty = unmeasured_runs(report)
     if empty:
@@ -549,10 +549,23 @@ def run_bench(
         what = "; ".join(f"{r.key} measured nothing ({r.reason})" for r in empty)
         report.notes.append(f"incomplete: {what}")
     finalize(report, request, counter)
-    write_outputs(report, out)
+    _write(report, out, created)
     progress(f"report written to {out}")
     raise_for_unmeasured(report, empty, start_errors, out)
     return report
+
+
+def _write(report: BenchReport, out: Path, created: bool) -> None:
+    """The report files, all or none; when they cannot be written (a full disk) an --out directory this run
+    created goes too, so nothing half-written (server logs of a run without a report) is left."""
+    from ..report.formatters import write_outputs
+
+    try:
+        write_outputs(report, out)
+    except SpecqError:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
 
 
 def unmeasured_runs(report: BenchReport) -> list[Run]:
