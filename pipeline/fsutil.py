@@ -98,7 +98,7 @@ def apply_umask(root: Path) -> None:
     """Give everything under `root` the mode a fresh file or directory would get under the user's umask
     (copies keep their source's mode, temporary files start at 0600/0700); executables stay executable."""
     mask = umask()
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         os.chmod(dirpath, 0o777 & ~mask)
         for name in filenames:
             p = os.path.join(dirpath, name)

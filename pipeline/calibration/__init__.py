@@ -110,8 +110,8 @@ def _read_jsonl(files: list[Path]) -> _Columns:
             for n, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), 1):
                 if len(raw) > MAX_LINE_BYTES:
                     raise InputError(
-                        f"{f}:{n}: a line longer than {MAX_LINE_BYTES >> 20} MiB; split the text into rows "
-                        "(calibration uses at most --samples x --seqlen tokens)"
+                        f"{f}:{n}: a line longer than {MAX_LINE_BYTES / 2**20:g} MiB; split the text into "
+                        "rows (calibration uses at most --samples x --seqlen tokens)"
                     )
                 try:
                     line = raw.decode("utf-8")

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from ..config import SpecqConfig, resolve_config
 from ..config.models import QuantizeSection
 from ..errors import InputError, os_error
-from ..fsutil import check_writable
+from ..fsutil import cache_root, check_writable
 from ..progress import Progress, null_progress
 
 STAGES = ("toy pair", "quantize", "convert", "serve + bench")
@@ -66,6 +66,7 @@ def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_
     if out.exists() and any(out.iterdir()):
         raise InputError(f"{out} is not empty; choose another --out or remove it")
     check_writable(out / "x")
+    cache_root()  # the toy pair is cached there: a SPECQ_CACHE that is a file fails before --out is made
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -134,7 +134,7 @@ class ManagedProcess:
 
     def failed(self, what: str) -> ProcessFailed:
         """One line: what happened, the log's last error line, and where the whole log is."""
-        log = tail(self.log_path, 20)
+        log = tail(self.log_path, 200)  # the last error line may sit above a screenful of warnings
         return ProcessFailed(f"{self.name} {what}: {last_error_line(log)} (log: {self.log_path})")
 
     def wait_ready(self, url: str, timeout_s: float, headers: Mapping[str, str] | None = None) -> None:

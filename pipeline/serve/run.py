@@ -148,7 +148,7 @@ def serve_foreground(
                 if code is not None:
                     raise ProcessFailed(
                         f"{engine.name} server exited with code {code}: "
-                        f"{last_error_line(tail(engine.log_path, 20))} (log: {engine.log_path})"
+                        f"{last_error_line(tail(engine.log_path, 200))} (log: {engine.log_path})"
                     )
                 time.sleep(0.5)
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: stop the server, exit 130/143/129

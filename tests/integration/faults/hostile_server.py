@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ class Behaviour:
     models_status: int = 200
     events: list[bytes] = field(default_factory=good_stream)  # SSE data payloads, in order
     api_key: str | None = None  # when set, every request needs "Authorization: Bearer KEY"
+    delay_s: float = 0.0  # pause before each SSE event (a slow server, for signals mid-stream)
     seen_auth: list[str] = field(default_factory=list)
 
 
@@ -80,8 +82,12 @@ def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
             self.send_header("Connection", "close")
             self.end_headers()
             for data in b.events:
-                self.wfile.write(b"data: " + data + b"\n\n")
-                self.wfile.flush()
+                time.sleep(b.delay_s)
+                try:
+                    self.wfile.write(b"data: " + data + b"\n\n")
+                    self.wfile.flush()
+                except OSError:  # the client went away
+                    return
             self.close_connection = True
 
     return Handler
