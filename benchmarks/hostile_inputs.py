@@ -24,7 +24,6 @@ import contextlib
 import json
 import os
 import re
-import resource
 import shutil
 import signal
 import struct
@@ -69,6 +68,7 @@ class Outcome:
     case: Case
     problems: list[str]
     seconds: float
+    stderr: str = ""  # the tail of stderr, kept for a failed case
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -884,6 +884,7 @@ def run_case(case: Case, pair: Any, base: Path) -> Outcome:
     shutil.copytree(pair.target, t)
     shutil.copytree(pair.draft, d)
     problems: list[str] = []
+    tail = ""
     try:
         if case.setup:
             case.setup(w, t, d)
@@ -915,11 +916,12 @@ def run_case(case: Case, pair: Any, base: Path) -> Outcome:
                 )
                 code, out, err = p.returncode, p.stdout, p.stderr
         problems += judge(case, w, code, out, err)
+        tail = err[-2000:]
     except Exception as e:  # the runner's own trouble is a failed case, not a crash of the tally
         problems.append(f"runner: {type(e).__name__}: {e}")
     problems += [f"left behind: {x}" for x in _leftovers(w)]
     shutil.rmtree(w, ignore_errors=True)
-    return Outcome(case, problems, time.monotonic() - t0)
+    return Outcome(case, problems, time.monotonic() - t0, tail if problems else "")
 
 
 def judge(case: Case, w: Path, code: int, out: str, err: str) -> list[str]:
@@ -1024,40 +1026,23 @@ def huge_calibration(pair: Any, base: Path) -> Outcome:
     w = Path(tempfile.mkdtemp(prefix="calib-", dir=base))
     line = "def f(x):\n    return x + 1\n"
     (w / "c.jsonl").write_text(json.dumps({"text": line * (50 * 2**20 // len(line))}) + "\n")
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    p = subprocess.run(
-        [
-            *SPECQ,
-            "quantize",
-            str(pair.target),
-            "--calib",
-            str(w / "c.jsonl"),
-            "--out",
-            str(w / "q"),
-            "--method",
-            "gptq",
-            "--for",
-            "plain",
-            "--samples",
-            "8",
-            "--seqlen",
-            "128",
-            "--no-eval",
-            "--device",
-            "cpu",
-        ],
-        cwd=w,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    rss_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    with open(w / "stdout", "w") as fo, open(w / "stderr", "w") as fe:
+        proc = subprocess.Popen(
+            [*SPECQ, "quantize", str(pair.target), "--calib", str(w / "c.jsonl"), "--out", str(w / "q"),
+             "--method", "gptq", "--for", "plain", "--samples", "8", "--seqlen", "128", "--no-eval",
+             "--device", "cpu"],
+            cwd=w, stdout=fo, stderr=fe,
+        )  # fmt: skip
+        _, status, usage = os.wait4(proc.pid, 0)  # the child's own rusage: its peak RSS, not the runner's
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    rss_mib = usage.ru_maxrss / 1024
+    p = subprocess.CompletedProcess(proc.args, proc.returncode, "", (w / "stderr").read_text())
     problems = []
     if p.returncode != 0:
         problems.append(f"exit {p.returncode}: {p.stderr.strip().splitlines()[-1:]}")
     if "cut to their first" not in p.stderr:
         problems.append("no note that the text was cut")
-    if before / 1024 >= rss_mib or rss_mib > 1024:
+    if rss_mib > 1024:
         problems.append(f"peak RSS {rss_mib:.0f} MiB (limit 1024)")
     shutil.rmtree(w, ignore_errors=True)
     case = Case(
@@ -1076,6 +1061,10 @@ def disk_cases(pair: Any, base: Path) -> list[Outcome]:
     outcomes = []
     for opts, code, needle in (("size=64k", 4, "no space left"), ("ro,size=64k", 2, "read-only")):
         for cname in ("bench", "convert --dtype", "quantize"):
+            if code == 4 and cname != "bench":
+                needle = "MiB free"  # the space check before long work, not a disk filling up mid-write
+            elif code == 4:
+                needle = "no space left"
             t0 = time.monotonic()
             mnt = Path(tempfile.mkdtemp(prefix="fs-", dir="/tmp"))
             if subprocess.run(
@@ -1222,6 +1211,7 @@ def main() -> int:
                         "class": o.case.klass,
                         "name": o.case.name,
                         "problems": o.problems,
+                        "stderr": o.stderr,
                         "seconds": round(o.seconds, 2),
                     }
                     for o in outcomes

@@ -30,6 +30,7 @@ class SpecqGroup(TyperGroup):
 
     def invoke(self, ctx: Any) -> Any:  # Typer's vendored click Context
         previous = _terminate_like_interrupt()
+        interrupted = False
         try:
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, typer.TyperException):  # exits and usage errors: Typer's own
@@ -37,8 +38,10 @@ class SpecqGroup(TyperGroup):
         except SpecqError as e:
             _fail(e, str(e), e.exit_code)
         except Terminated as e:
+            interrupted = _ignore_further_signals()
             _fail(e, f"terminated by {signal.Signals(e.signum).name}", 128 + e.signum)
         except KeyboardInterrupt as e:
+            interrupted = _ignore_further_signals()
             _fail(e, "interrupted", 130)
         except BrokenPipeError:
             # stdout was closed early (`specq ... | head`): not an error of ours; stop quietly
@@ -56,7 +59,10 @@ class SpecqGroup(TyperGroup):
                 _fail(e, f"no space left on the device ({type(e).__name__}); free some space", 4)
             _fail(e, _unexpected(e), 1)
         finally:
-            for sig, old in previous.items():
+            # after an interrupt the specq process is on its way out: a signal arriving now (a third
+            # Ctrl-C) must not raise inside some destructor ("Exception ignored in ... __del__"), so they
+            # stay ignored; an in-process caller (tests, CliRunner) gets its handlers back
+            for sig, old in previous.items() if not (interrupted and _Entry.running) else ():
                 signal.signal(sig, old)
 
     def main(
@@ -117,7 +123,7 @@ def _terminate_like_interrupt() -> dict[int, Any]:
     return previous
 
 
-def _ignore_further_signals() -> None:
+def _ignore_further_signals() -> bool:
     """Once one interrupt is being handled, a second Ctrl-C (or TERM/HUP) does not cut the cleanup short
     with a second traceback ("Exception ignored ..."): cleanup is bounded (servers get SIGKILL after a grace
     period)."""
@@ -126,6 +132,7 @@ def _ignore_further_signals() -> None:
         if sig is not None:
             with contextlib.suppress(ValueError, OSError):
                 signal.signal(sig, signal.SIG_IGN)
+    return True
 
 
 def _quiet_broken_pipe() -> None:
@@ -187,11 +194,12 @@ def _root(
 
 def _quiet_data_libraries() -> None:
     """datasets draws a "Generating train split" bar for every local file it reads, huggingface_hub logs
-    each retry of an unreachable hub, and pyarrow may warn as it is imported: stderr noise around the one
-    line that matters (with --verbose all of it is shown)."""
+    each retry of an unreachable hub, transformers warns as it loads a tokenizer, and pyarrow may warn as it
+    is imported: stderr noise around the one line that matters (with --verbose all of it is shown)."""
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("HF_HUB_VERBOSITY", "error")  # the libraries set their own levels at import
     os.environ.setdefault("DATASETS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # e.g. its model-type notice for a tokenizer
     for name in ("huggingface_hub", "datasets", "fsspec", "pyarrow"):
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module=r"pyarrow(\.|$)")
@@ -228,8 +236,13 @@ def _quiet_unawaited_coroutines() -> None:
     warnings.filterwarnings("ignore", message=r"coroutine '.*' was never awaited", category=RuntimeWarning)
 
 
+class _Entry:
+    running = False  # set by `main`, the console script: the process ends when the command does
+
+
 def main() -> None:
     """Console-script entry point."""
+    _Entry.running = True
     _quiet_unawaited_coroutines()
     try:
         app()
