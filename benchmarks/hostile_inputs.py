@@ -531,6 +531,36 @@ def flag_cases() -> list[Case]:
                 2,
             )
         )
+    serve = ["serve", "{T}", "--engine", "embedded"]
+    others = [
+        ["plan", "{T}", "--gpu-memory", "lots"], ["plan", "{T}", "--gpu-memory", "0GiB"],
+        ["plan", "{T}", "--gpu-memory", "24GiB", "--batch", "0"],
+        ["plan", "{T}", "--gpu-memory", "24GiB", "--session-len", "-1"],
+        [*serve, "--port", "70000", "--dry-run"], [*serve, "--port", "-1", "--dry-run"],
+        ["serve", "{T}", "--engine", "warp", "--dry-run"],
+        [*serve, "--cache-max-entry-count", "1.5", "--dry-run"],
+        [*serve, "--draft-model", "{D}", "--draft-tokens", "99", "--dry-run"],
+        [*serve, "--dtype", "float7", "--dry-run"],
+        [*serve, "--host", "bad host"], [*serve, "--host", "256.1.1.1"], [*serve, "--host", "8.8.8.8"],
+        [*serve, "--host", "nosuch.invalid"],
+        ["convert", "{T}", "--draft-model", "{D}", "--draft-tokens", "-1"],
+        ["convert", "{D}", "--dtype", "float7", "--out", "{W}/out"],
+        ["quantize", "{T}", "--calib", "{W}/nope.jsonl", "--out", "{W}/out"],
+        ["quantize", "{T}", "--calib", "{W}/calib.jsonl", "--out", "{W}/out", "--method", "fp4"],
+        ["quantize", "{T}", "--calib", "{W}/calib.jsonl", "--out", "{W}/out", "--seqlen", "8"],
+        ["draft", "train", "{T}", "--out", "{W}/out", "--steps", "0"],
+        ["report", "show", "{W}/nope.json"], ["report", "show", "{W}/calib.jsonl"],
+        ["report", "compare", "{W}/calib.jsonl", "{W}/calib.jsonl"],
+        ["bench", "{T}", "--engine", "embedded", "--prompts", "{W}/nope.jsonl", "--out", "{W}/out"],
+        ["bench", "{T}", "--engine", "embedded", "--suite", "nope", "--out", "{W}/out"],
+        ["bench", "{T}", "--engine", "embedded", "--concurrency", "-1", "--out", "{W}/out"],
+        ["bench", "{T}", "--engine", "embedded", "--repeats", "0", "--out", "{W}/out"],
+        ["bench", "{T}", "--engine", "embedded", "--prompts", "{W}/calib.jsonl", "--out", "{W}/out"],
+        ["bench", "--out", "{W}/out"], ["serve", "stop", "--port", "1"],
+    ]  # fmt: skip
+    for f in others:
+        shown = " ".join(f).replace("{T}", "T").replace("{D}", "D").replace("{W}", "W")
+        cases.append(Case("CLI values", shown, f, 2, setup=_calib))
     q = [
         "-q",
         "quantize",

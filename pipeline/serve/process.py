@@ -36,7 +36,12 @@ atexit.register(_stop_all)
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on right now (the OS picks it)."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
+        try:
+            s.bind((host, 0))
+        except OSError as e:  # socket.gaierror included: a host name that does not resolve
+            raise UsageError(
+                f"cannot listen on {host}: {e.strerror or e}; pass an address of this machine with --host"
+            ) from None
         return int(s.getsockname()[1])
 
 
