@@ -188,3 +188,10 @@ def test_calibration_line_over_the_limit_is_refused(toy_target, tmp_path, monkey
         InputError, match=r"c.jsonl:1: a line longer than 0.0625 MiB; split the text into rows"
     ):
         calibration.load_calibration(str(path), toy_target, samples=2, seqlen=64)
+
+
+@pytest.mark.parametrize("host", ["bad host", "256.1.1.1", "nosuch.invalid", "8.8.8.8"])
+def test_serve_host_that_is_not_this_machines(host, specq, toy_target, tmp_path):
+    r = specq("serve", toy_target, "--engine", "embedded", "--host", host, "--run-dir", tmp_path / "run")
+    assert_one_line(r, 2, f"cannot listen on {host}", "--host")
+    assert not (tmp_path / "run").exists()
