@@ -378,6 +378,9 @@ _MLP_SHAPES = (
 )
 
 
+_OTHER_TOWERS = ("visual", "vision", "audio", "mm_projector")
+
+
 def shape_problems(text: dict[str, Any], tensors: dict[str, TensorInfo]) -> list[str]:
     """Dense MLP weights whose shapes disagree with config.json's hidden_size and intermediate_size (a
     config copied from another model size): the first such tensor, or nothing."""
@@ -385,6 +388,8 @@ def shape_problems(text: dict[str, Any], tensors: dict[str, TensorInfo]) -> list
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in sizes.values()):
         return []  # per-layer sizes or missing keys: reported elsewhere or not checkable
     for name, t in tensors.items():
+        if any(tower in name for tower in _OTHER_TOWERS):
+            continue  # a vision or audio encoder has MLPs of its own sizes
         for suffix, dims in _MLP_SHAPES:
             want = [sizes[d] for d in dims]
             if name.endswith(suffix) and len(t.shape) == 2 and t.shape != want:

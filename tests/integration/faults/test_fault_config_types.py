@@ -181,3 +181,19 @@ def test_drafter_config_not_utf8_names_the_file(specq, toy_target, toy_draft):
     (toy_draft / "config.json").write_bytes(b'{"a": "\xff"}')
     r = specq("convert", toy_target, "--draft-model", toy_draft, "--draft-tokens", "3")
     assert str(toy_draft / "config.json") in assert_one_line(r, 2, "not UTF-8")
+
+
+def test_a_vision_tower_mlp_of_its_own_size_is_not_a_mismatch(specq, toy_target):
+    """Multimodal checkpoints carry encoder MLPs sized by their vision config: only the language model's
+    MLP weights are held to hidden_size / intermediate_size."""
+    import numpy as np
+
+    from specq.pipeline.convert.st_io import read_tensors, write_tensors
+
+    tensors, meta = read_tensors(toy_target / ST)
+    items = [(n, t.dtype, t.array.copy()) for n, t in tensors.items()]
+    items.append(("model.visual.blocks.0.mlp.gate_proj.weight", "F32", np.zeros((96, 32), dtype=np.float32)))
+    del tensors
+    write_tensors(toy_target / ST, items, meta)
+    r = specq("convert", toy_target, "--json")
+    assert r.code == 0, r.err
