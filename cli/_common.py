@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.text import Text
 
 from specq.pipeline.config import SpecqConfig, resolve_config
+from specq.pipeline.printable import printable
 
 # Never read strings as rich markup: they carry paths and pip extras such as specq[quant]. Colour is given
 # explicitly (Text, style=) where it is wanted.
@@ -28,22 +29,24 @@ class State:
 
 
 def info(msg: str | Text) -> None:
+    """A diagnostic on stderr; a plain string has its control characters escaped (it may quote a report,
+    a path or a server's reply); a Text is built from strings escaped already."""
     if not State.quiet:
-        err.print(msg, highlight=False)
+        err.print(printable(msg, newlines=True) if isinstance(msg, str) else msg, highlight=False)
 
 
 def note(msg: str) -> None:
-    info(Text.assemble(("note", "yellow"), f": {msg}"))
+    info(Text.assemble(("note", "yellow"), f": {printable(msg, newlines=True)}"))
 
 
 def debug(msg: str) -> None:
     if State.verbose and not State.quiet:
-        err.print(msg, style="dim", highlight=False)
+        err.print(printable(msg, newlines=True), style="dim", highlight=False)
 
 
 def progress(msg: str) -> None:
     """The progress callback handed to pipeline functions."""
-    info(Text.assemble(("•", "cyan"), f" {msg}"))
+    info(Text.assemble(("•", "cyan"), f" {printable(msg, newlines=True)}"))
 
 
 def typed(**options: Any) -> dict[str, Any]:
@@ -85,7 +88,7 @@ def emit(
         return
     for line in diagnostics:
         info(line)
-    rendered = text(result) if text is not None else ""
+    rendered = printable(text(result), newlines=True) if text is not None else ""
     if rendered:
         end = "" if rendered.endswith("\n") else "\n"
         out.print(rendered, end=end, highlight=False, markup=False, soft_wrap=True)

@@ -3,6 +3,7 @@ stderr and its exit code (tracebacks only with SPECQ_DEBUG=1)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -19,6 +20,7 @@ from typer.core import TyperGroup, TyperOption
 
 from specq.pipeline import __version__
 from specq.pipeline.errors import SpecqError, Terminated, os_error
+from specq.pipeline.printable import printable
 
 from . import _common, _options
 
@@ -37,6 +39,7 @@ class SpecqGroup(TyperGroup):
 
     def invoke(self, ctx: Any) -> Any:  # Typer's vendored click Context
         previous = _terminate_like_interrupt()
+        interrupted = False
         try:
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, typer.TyperException):  # exits and usage errors: Typer's own
@@ -44,8 +47,10 @@ class SpecqGroup(TyperGroup):
         except SpecqError as e:
             _fail(e, str(e), e.exit_code)
         except Terminated as e:
+            interrupted = _ignore_further_signals()
             _fail(e, f"terminated by {signal.Signals(e.signum).name}", 128 + e.signum)
         except KeyboardInterrupt as e:
+            interrupted = _ignore_further_signals()
             _fail(e, "interrupted", 130)
         except BrokenPipeError:
             # stdout was closed early (`specq ... | head`): not an error of ours; stop quietly
@@ -63,7 +68,10 @@ class SpecqGroup(TyperGroup):
                 _fail(e, f"no space left on the device ({type(e).__name__}); free some space", 4)
             _fail(e, _unexpected(e), 1)
         finally:
-            for sig, old in previous.items():
+            # after an interrupt the specq process is on its way out: a signal arriving now (a third
+            # Ctrl-C) must not raise inside some destructor ("Exception ignored in ... __del__"), so they
+            # stay ignored; an in-process caller (tests, CliRunner) gets its handlers back
+            for sig, old in previous.items() if not (interrupted and _Entry.running) else ():
                 signal.signal(sig, old)
 
     def main(
@@ -101,25 +109,39 @@ def _unexpected(e: BaseException) -> str:
 
 def _terminate_like_interrupt() -> dict[int, Any]:
     """SIGTERM (`kill`, `timeout`, a CI runner) and SIGHUP (a closed terminal) unwind like Ctrl-C: every
-    `finally` runs, so partial reports are written and managed servers stopped. Further TERM/HUP signals
-    are ignored while that cleanup runs."""
+    `finally` runs, so partial reports are written and managed servers stopped. Further INT/TERM/HUP
+    signals are ignored while that cleanup runs."""
 
     def handler(signum: int, frame: Any) -> None:
-        for name in ("SIGTERM", "SIGHUP"):
-            if hasattr(signal, name):
-                signal.signal(getattr(signal, name), signal.SIG_IGN)
+        _ignore_further_signals()
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
         raise Terminated(signum)
 
     previous: dict[int, Any] = {}
-    for name in ("SIGTERM", "SIGHUP"):
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         sig = getattr(signal, name, None)
         if sig is None:  # no SIGHUP on Windows
             continue
+        if name == "SIGINT" and signal.getsignal(sig) is not signal.default_int_handler:
+            continue  # an ignored SIGINT (a background job) stays ignored, as its user asked
         try:
             previous[sig] = signal.signal(sig, handler)
         except (ValueError, OSError):  # not the main thread: nothing to install
             pass
     return previous
+
+
+def _ignore_further_signals() -> bool:
+    """Once one interrupt is being handled, a second Ctrl-C (or TERM/HUP) does not cut the cleanup short
+    with a second traceback ("Exception ignored ..."): cleanup is bounded (servers get SIGKILL after a grace
+    period)."""
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(sig, signal.SIG_IGN)
+    return True
 
 
 def _quiet_broken_pipe() -> None:
@@ -137,7 +159,7 @@ def _fail(exc: BaseException, message: str, code: int) -> None:
 
 def _error_line(line: str) -> None:
     """The one form every failure takes on stderr."""
-    _common.err.print(Text.assemble(("specq: error: ", "bold red"), line), highlight=False)
+    _common.err.print(Text.assemble(("specq: error: ", "bold red"), printable(line)), highlight=False)
 
 
 app = typer.Typer(
@@ -176,6 +198,21 @@ def _root(
         # build, and torch about its enum registrations: noise for every command that imports transformers.
         for name in ("torchao", "torch.utils._pytree"):
             logging.getLogger(name).setLevel(logging.ERROR)
+        _quiet_data_libraries()
+
+
+def _quiet_data_libraries() -> None:
+    """datasets draws a "Generating train split" bar for every local file it reads, huggingface_hub logs
+    each retry of an unreachable hub, transformers warns as it loads a tokenizer, and pyarrow may warn as it
+    is imported: stderr noise around the one line that matters (with --verbose all of it is shown)."""
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_HUB_VERBOSITY", "error")  # the libraries set their own levels at import
+    os.environ.setdefault("DATASETS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # e.g. its model-type notice for a tokenizer
+    for name in ("huggingface_hub", "datasets", "fsspec", "pyarrow"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module=r"pyarrow(\.|$)")
+    warnings.filterwarnings("ignore", message=r".*pyarrow.*", category=FutureWarning)
 
 
 def _register() -> None:
@@ -208,10 +245,18 @@ def _quiet_unawaited_coroutines() -> None:
     warnings.filterwarnings("ignore", message=r"coroutine '.*' was never awaited", category=RuntimeWarning)
 
 
+class _Entry:
+    running = False  # set by `main`, the console script: the process ends when the command does
+
+
 def main() -> None:
     """Console-script entry point."""
+    _Entry.running = True
     _quiet_unawaited_coroutines()
     try:
         app()
     except BrokenPipeError:  # raised while Typer itself writes (--help | head)
         _quiet_broken_pipe()
+    finally:  # a Ctrl-C while the interpreter shuts down would print "Exception ignored in ..."
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            _ignore_further_signals()

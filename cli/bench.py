@@ -39,6 +39,16 @@ def bench(
     ] = None,
     url: Annotated[str | None, Opt("--url", help="Benchmark this running server (one run).")] = None,
     served_model: Annotated[str | None, Opt("--model", help="Model name at --url (default: first).")] = None,
+    api_key: Annotated[
+        str | None,
+        Opt(
+            "--api-key",
+            envvar=["SPECQ_API_KEY", "OPENAI_API_KEY"],
+            show_default=False,
+            show_envvar=True,
+            help="Bearer key for a --url server started with keys; never logged or saved.",
+        ),
+    ] = None,
     suite: Annotated[
         str | None, Opt("--suite", help="Built-in suite: code, math, chat, ... or mixed.")
     ] = None,
@@ -118,6 +128,6 @@ def bench(
             max_regression=max_regression,
         ),
     )  # fmt: skip
-    report = run_bench(BenchRequest.from_config(cfg), progress=progress, out_dir=out_dir)
+    report = run_bench(BenchRequest.from_config(cfg, api_key=api_key), progress=progress, out_dir=out_dir)
     emit(report, as_json, lambda r: render(r, "table", width=out.width, wide=wide))
     enforce_gates(report)

@@ -13,12 +13,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from .errors import InputError
+from .errors import InputError, decode_error
 
 DTYPE_BYTES = {
     "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "U32": 4, "I16": 2, "U16": 2,
-    "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1,
+    "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U64": 8, "C64": 8, "F8_E8M0": 1,
 }  # fmt: skip
+# dtypes the safetensors format knows whose elements are not whole bytes (their sizes are not checked)
+SUBBYTE_DTYPES = frozenset({"F4", "F6_E2M3", "F6_E3M2"})
 
 DraftKind = Literal["dflash", "eagle3", "eagle", "mtp", "model", "unknown"]
 
@@ -91,6 +93,11 @@ def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
             start, end = (int(x) for x in v["data_offsets"])
         except (KeyError, TypeError, ValueError):
             raise InputError(f"{path}: tensor '{name}' has a malformed safetensors header entry") from None
+        if info.dtype not in DTYPE_BYTES and info.dtype not in SUBBYTE_DTYPES:
+            raise InputError(
+                f"{path}: tensor '{name}' has dtype {info.dtype!r}, which safetensors does not define; "
+                "damaged file"
+            )
         if end < start or (info.dtype in DTYPE_BYTES and end - start != info.nbytes):
             raise InputError(
                 f"{path}: tensor '{name}' header disagrees with its dtype and shape; damaged file"
@@ -139,9 +146,17 @@ class Checkpoint:
         if not cfg.is_file():
             raise InputError(f"{self.path}: no config.json; pass a Hugging Face model directory")
         try:
-            self.config: dict[str, Any] = json.loads(cfg.read_text(encoding="utf-8"))
+            raw = cfg.read_bytes()
+            self.config: dict[str, Any] = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise decode_error(e, cfg) from None
         except json.JSONDecodeError as e:
             raise InputError(f"{cfg}: not valid JSON ({e})") from None
+        except RecursionError:
+            raise InputError(f"{cfg}: nested too deeply to be a model config") from None
+        problem = config_type_problem(self.config)
+        if problem:
+            raise InputError(f"{cfg}: {problem}; fix config.json or copy it again from the original model")
 
     @property
     def name(self) -> str:
@@ -271,6 +286,68 @@ def _compressed_tensors_info(q: dict[str, Any]) -> QuantInfo:
     )
 
 
+# The config.json keys specq reads, by the JSON type each must have; null counts as absent. The same keys
+# are checked in `text_config` (multimodal checkpoints) and `quantization_config`/`dflash_config`.
+_POSITIVE_INT = (
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size",
+    "intermediate_size", "head_dim", "max_position_embeddings", "target_hidden_size", "num_target_layers",
+    "block_size", "bits", "w_bit",
+)  # fmt: skip
+_INT = ("mtp_num_hidden_layers", "mask_token_id", "group_size", "q_group_size")
+_BOOL = ("tie_word_embeddings", "sym", "desc_act", "zero_point")
+_STR = ("model_type", "torch_dtype", "dtype", "quant_method", "version", "checkpoint_format", "format")
+_OBJECT = ("text_config", "quantization_config", "dflash_config", "vision_config", "config_groups")
+_STR_LIST = ("architectures", "layer_types")
+_INT_LIST = ("target_layer_ids",)
+
+
+def config_type_problem(config: Any, where: str = "") -> str | None:
+    """The first key of a parsed config.json whose value has the wrong JSON type (a string where an integer
+    belongs, a list where an object belongs), as "'key' must be ..., not ..."; None when all fit."""
+    if not isinstance(config, dict):
+        return f"{where or 'the file'} must be a JSON object, not {_json_type(config)}"
+
+    def bad(key: str, want: str) -> str:
+        shown = json.dumps(config[key])
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        return f"'{where}{key}' must be {want}, not {_json_type(config[key])} {shown}"
+
+    for key, value in config.items():
+        if value is None:
+            continue
+        is_int = isinstance(value, int) and not isinstance(value, bool)
+        if key in _POSITIVE_INT and not (is_int and value > 0):
+            return bad(key, "a positive integer")
+        if key in _INT and not is_int:
+            return bad(key, "an integer")
+        if key in _BOOL and not isinstance(value, bool):
+            return bad(key, "true or false")
+        if key in _STR and not isinstance(value, str):
+            return bad(key, "a string")
+        if key in _STR_LIST and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            return bad(key, "a list of strings")
+        if key in _INT_LIST and not (
+            isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        ):
+            return bad(key, "a list of integers")
+        if key in _OBJECT:
+            if not isinstance(value, dict):
+                return bad(key, "an object")
+            if key != "vision_config":
+                nested = config_type_problem(value, f"{where}{key}.")
+                if nested:
+                    return nested
+    return None
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    return {dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number"}.get(
+        type(value), type(value).__name__
+    )
+
+
 # Config keys every decoder needs to be built (in `text_config` for multimodal checkpoints); drafters need
 # fewer because they borrow the target's embedding and head.
 MODEL_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
@@ -300,6 +377,7 @@ def checkpoint_problems(
         tensors = ckpt.tensors  # every header against its file's size
     except InputError as e:
         return problems + [str(e)]
+    problems += shape_problems(text, tensors)
     if drafter:
         return problems
     names = list(tensors)
@@ -322,22 +400,83 @@ def checkpoint_problems(
     return problems
 
 
+# MLP projections of an unquantized dense layer: (name suffix, which config size each dimension is).
+_MLP_SHAPES = (
+    ("mlp.gate_proj.weight", ("intermediate_size", "hidden_size")),
+    ("mlp.up_proj.weight", ("intermediate_size", "hidden_size")),
+    ("mlp.down_proj.weight", ("hidden_size", "intermediate_size")),
+)
+
+
+_OTHER_TOWERS = ("visual", "vision", "audio", "mm_projector")
+
+
+def shape_problems(text: dict[str, Any], tensors: dict[str, TensorInfo]) -> list[str]:
+    """Dense MLP weights whose shapes disagree with config.json's hidden_size and intermediate_size (a
+    config copied from another model size): the first such tensor, or nothing."""
+    sizes = {k: text.get(k) for k in ("hidden_size", "intermediate_size")}
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in sizes.values()):
+        return []  # per-layer sizes or missing keys: reported elsewhere or not checkable
+    for name, t in tensors.items():
+        if any(tower in name for tower in _OTHER_TOWERS):
+            continue  # a vision or audio encoder has MLPs of its own sizes
+        for suffix, dims in _MLP_SHAPES:
+            want = [sizes[d] for d in dims]
+            if name.endswith(suffix) and len(t.shape) == 2 and t.shape != want:
+                said = ", ".join(f"{d} {sizes[d]}" for d in dims)
+                return [
+                    f"tensor '{name}' has shape {t.shape} but config.json says {said}; the config does "
+                    "not belong to these weights"
+                ]
+    return []
+
+
 def tokenizer_problems(path: Path) -> list[str]:
-    """A tokenizer that would load: tokenizer.json parses as JSON with a model, or a vocabulary is there."""
+    """A tokenizer that would load: tokenizer.json is one the `tokenizers` library builds (or, without that
+    library, JSON with a model), or a vocabulary is there; tokenizer_config.json, when present, is a JSON
+    object."""
+    tc = path / "tokenizer_config.json"
+    if tc.is_file():
+        try:
+            cfg = json.loads(tc.read_bytes().decode("utf-8"))
+        except OSError as e:
+            return [f"{tc}: cannot be read ({e.strerror})"]
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            return [f"{tc}: not valid JSON; the tokenizer is damaged (copy it again from the original model)"]
+        if not isinstance(cfg, dict):
+            return [
+                f"{tc}: not a JSON object; the tokenizer is damaged (copy it again from the original model)"
+            ]
     tj = path / "tokenizer.json"
     if tj.is_file():
         try:
-            data = json.loads(tj.read_text(encoding="utf-8"))
+            data = json.loads(tj.read_bytes().decode("utf-8"))
         except OSError as e:
             return [f"{tj}: cannot be read ({e.strerror})"]
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
             return [f"{tj}: not valid JSON; the tokenizer is damaged (copy it again from the original model)"]
-        if not isinstance(data, dict) or "model" not in data:
+        if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
             return [f"{tj}: has no tokenizer model; copy it again from the original model"]
-        return []
+        return _tokenizer_builds(tj)
     if any((path / f).is_file() for f in TOKENIZER_FILES[1:]):
         return []
     return [f"no tokenizer ({', '.join(TOKENIZER_FILES)}); copy the tokenizer files from the original model"]
+
+
+def _tokenizer_builds(tj: Path) -> list[str]:
+    """Whether the `tokenizers` library (transformers and LMDeploy load tokenizer.json with it) builds it."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        return []
+    try:
+        Tokenizer.from_file(str(tj))
+    except Exception as e:  # the Rust library raises a bare Exception for any malformed file
+        reason = " ".join(str(e).split())[:120]
+        return [
+            f"{tj}: the tokenizers library cannot load it ({reason}); copy it again from the original model"
+        ]
+    return []
 
 
 def validate_checkpoint(

@@ -94,7 +94,19 @@ def os_error(exc: OSError, path: str | Path | None = None, *, fix: str | None = 
         return EnvironmentMissing(
             f"{at}no space left on the device; free some space or {fix or 'write somewhere else'}"
         )
+    if exc.errno in PATH_FAULTS:
+        return InputError(f"{at}{PATH_FAULTS[exc.errno]}; {fix or 'use another path'}")
     return None
+
+
+# Path faults a user fixes by naming another path: what each errno means, said plainly.
+PATH_FAULTS = {
+    errno.ENAMETOOLONG: "a file name is too long (at most 255 bytes per name)",
+    errno.ENOTDIR: "a part of the path is not a directory",
+    errno.EEXIST: "already exists and is in the way",
+    errno.ELOOP: "too many levels of symbolic links",
+    errno.EISDIR: "is a directory where a file was expected",
+}
 
 
 def decode_error(exc: UnicodeDecodeError, path: str | Path, offset: int = 0) -> InputError:

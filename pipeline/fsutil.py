@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import EnvironmentMissing, InputError, os_error
+from .errors import EnvironmentMissing, InputError, SpecqError, os_error
 
 
 @contextlib.contextmanager
@@ -25,6 +25,7 @@ def atomic_dir(dest: str | Path, *, overwrite: bool = False) -> Iterator[Path]:
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".partial", dir=dest.parent))
+        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it 0700; the result is the user's, as mkdir's
     except OSError as e:
         raise (os_error(e, dest.parent, fix=_OUT_FIX) or e) from None
     try:
@@ -35,6 +36,7 @@ def atomic_dir(dest: str | Path, *, overwrite: bool = False) -> Iterator[Path]:
             if mapped is None:
                 raise
             raise mapped from None
+        apply_umask(tmp)
         if dest.exists() and overwrite:
             old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
             dest.rename(old)
@@ -62,6 +64,7 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     except OSError as e:
         raise (os_error(e, path) or e) from e
     try:
+        os.fchmod(fd, 0o666 & ~umask())  # mkstemp makes it 0600; the result is the user's, as open()'s
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -77,23 +80,112 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 _OUT_FIX = "choose another --out"
 
 
+def cache_root() -> Path:
+    """specq's cache: $SPECQ_CACHE, else ~/.cache/specq. One that exists and is not a directory (or sits
+    under a file) is an InputError naming the variable."""
+    env = os.environ.get("SPECQ_CACHE")
+    root = Path(env) if env else Path.home() / ".cache" / "specq"
+    anc = root
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        where = f"SPECQ_CACHE={env}" if env else str(root)
+        raise InputError(f"{where}: {anc} is not a directory; point SPECQ_CACHE at a directory")
+    return root
+
+
+def apply_umask(root: Path) -> None:
+    """Give everything under `root` the mode a fresh file or directory would get under the user's umask
+    (copies keep their source's mode, temporary files start at 0600/0700); executables stay executable."""
+    mask = umask()
+    for dirpath, _dirnames, filenames in os.walk(root):
+        os.chmod(dirpath, 0o777 & ~mask)
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            if not os.path.islink(p):
+                executable = os.stat(p).st_mode & 0o111
+                os.chmod(p, (0o777 if executable else 0o666) & ~mask)
+
+
+def umask() -> int:
+    """The process's umask (read from /proc where it can be, so it is never changed, even briefly)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_files(dest_dir: str | Path) -> Iterator[Path]:
+    """Yield a temporary directory inside `dest_dir`; when the block succeeds, move everything written there
+    into `dest_dir` (files and directories replace those of the same name), so a set of files (a report,
+    its table and plots) appears whole or not at all. OS faults name `dest_dir`."""
+    dest_dir = Path(dest_dir)
+    try:
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".specq-files.", suffix=".partial", dir=dest_dir))
+        os.chmod(tmp, 0o777 & ~umask())
+    except OSError as e:
+        raise (os_error(e, dest_dir, fix=_OUT_FIX) or e) from None
+    try:
+        try:
+            yield tmp
+            for item in sorted(tmp.iterdir()):
+                target = dest_dir / item.name
+                if item.is_dir() and target.is_dir():
+                    old = dest_dir / f".{item.name}.old-{os.getpid()}"
+                    target.rename(old)
+                    item.rename(target)
+                    shutil.rmtree(old, ignore_errors=True)
+                else:
+                    os.replace(item, target)
+        except (OSError, SpecqError) as e:
+            # a fault while writing names the destination, not the temporary file it happened in
+            cause = e if isinstance(e, OSError) else e.__cause__
+            if not isinstance(cause, OSError):
+                raise
+            mapped = os_error(OSError(cause.errno, cause.strerror), dest_dir, fix=_OUT_FIX)
+            if mapped is None:
+                raise
+            raise mapped from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def check_writable(dest: str | Path, *, need_bytes: int = 0, what: str = "--out") -> None:
     """Fail fast, before long work, when `dest` could not be written: its nearest existing ancestor must be a
     writable directory (probed by creating and removing a file there, which is what the kernel will judge,
     read-only file systems and root included) with at least `need_bytes` free."""
     dest = Path(dest).absolute()
+    fix = f"choose another {what}"
+    if dest.is_symlink() and not dest.exists():
+        raise InputError(
+            f"{what} {dest}: a dangling symbolic link (to {os.readlink(dest)}); remove it or {fix}"
+        )
+    if any(len(os.fsencode(part)) > 255 for part in dest.parts):
+        raise InputError(f"{what} {dest}: a file name is too long (at most 255 bytes per name); {fix}")
+    if dest.exists() and not dest.is_dir():
+        raise InputError(f"{what} {dest}: exists and is not a directory; {fix}")
     anc = dest.parent
     while not anc.exists() and anc != anc.parent:
         anc = anc.parent
     if not anc.is_dir():
         raise InputError(f"{what} {dest}: {anc} is not a directory; choose another {what}")
-    fix = f"choose another {what}"
     try:
         fd, probe = tempfile.mkstemp(prefix=".specq-probe-", dir=anc)
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        raise (os_error(e, anc, fix=fix) or e) from None
+        mapped = os_error(e, anc, fix=fix)
+        raise (
+            mapped or InputError(f"{what} {dest}: cannot create files in {anc} ({e.strerror}); {fix}")
+        ) from None
     if need_bytes:
         free = shutil.disk_usage(anc).free
         if free < need_bytes:

@@ -13,13 +13,21 @@ def read_records(text: str, source: str) -> list[dict[str, Any]]:
     """The objects of `text`, one per non-blank line; `source` names the file in errors."""
     out = []
     for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{source}:{n}: not valid JSON ({e.msg})") from None
-        if not isinstance(rec, dict):
-            raise InputError(f"{source}:{n}: expected a JSON object per line, got a {type(rec).__name__}")
-        out.append(rec)
+        rec = read_record(line, source, n)
+        if rec is not None:
+            out.append(rec)
     return out
+
+
+def read_record(line: str, source: str, n: int) -> dict[str, Any] | None:
+    """The object on line `n` of `source`; None for a blank line."""
+    if not line.strip():
+        return None
+    try:
+        rec = json.loads(line)
+    except (json.JSONDecodeError, RecursionError) as e:
+        why = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
+        raise InputError(f"{source}:{n}: not valid JSON ({why})") from None
+    if not isinstance(rec, dict):
+        raise InputError(f"{source}:{n}: expected a JSON object per line, got a {type(rec).__name__}")
+    return rec

@@ -207,6 +207,7 @@ class RequestSpec:
     timeout_s: float = 300.0
     return_token_ids: bool = True
     top_logprobs: int | None = None  # ask for logprobs with this many alternatives (the reference pass)
+    api_key: str | None = field(default=None, repr=False)  # sent as a bearer header, never recorded
 
     def payload(self, prompt: Prompt) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -248,6 +249,7 @@ class _Stream:
     usage_completion: int | None = None
     usage_prompt: int | None = None
     finish_reason: str | None = None
+    done: bool = False  # the stream ended with [DONE]
     token_ids: list[int] = field(default_factory=list)
     ids_seen: bool = False
     scores: list[TokenScore] = field(default_factory=list)
@@ -306,38 +308,79 @@ def _json_loads() -> Callable[[bytes], Any]:
 _loads = _json_loads()
 
 
+class Malformed(RuntimeError):
+    """A reply that breaks the OpenAI streaming format or reports impossible numbers: the request failed."""
+
+
+def _count(usage: dict[str, Any], key: str) -> int | None:
+    """A token count from `usage`: a non-negative integer, or None when absent; Malformed otherwise."""
+    value = usage.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Malformed(f"malformed usage: {key} is {json.dumps(value)[:40]}, not an integer")
+    if value < 0:
+        raise Malformed(f"impossible usage: {key} is negative ({value})")
+    return value
+
+
 def _handle_event(s: _Stream, data: bytes, now: float, mode: Mode) -> bool:
     """Fold one SSE `data:` payload into the stream; False at `[DONE]`."""
     if data == b"[DONE]":
+        s.done = True
         return False
     try:
         chunk = _loads(data)
-    except ValueError:
-        raise RuntimeError(f"malformed SSE data: {data[:80]!r}") from None
-    if "error" in chunk and not chunk.get("choices"):
+    except (ValueError, RecursionError):
+        raise Malformed(f"malformed SSE data: {data[:80]!r}") from None
+    if not isinstance(chunk, dict):
+        raise Malformed(f"malformed SSE data: a JSON {type(chunk).__name__}, not an object: {data[:60]!r}")
+    choices = chunk.get("choices") or []
+    if "error" in chunk and not choices:
         err = chunk["error"]
         raise RuntimeError(f"server error: {err.get('message', err) if isinstance(err, dict) else err}")
     usage = chunk.get("usage") or None
-    choices = chunk.get("choices") or []
+    if usage is not None and not isinstance(usage, dict):
+        raise Malformed(f"malformed usage: {json.dumps(usage)[:40]}, not an object")
+    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        raise Malformed(f"malformed SSE data: choices is not a list of objects: {data[:60]!r}")
+    if any(c.get("delta") is not None and not isinstance(c.get("delta"), dict) for c in choices):
+        raise Malformed(f"malformed SSE data: a delta is not an object: {data[:60]!r}")
     text = "".join(_chunk_text(c, mode) for c in choices)
     for c in choices:
         if c.get("finish_reason"):
-            s.finish_reason = c["finish_reason"]
+            s.finish_reason = str(c["finish_reason"])
         if (ids := _chunk_ids(c)) is not None:
             s.token_ids.extend(ids)
             s.ids_seen = True
         s.scores.extend(_chunk_scores(c))
+    completion = _count(usage, "completion_tokens") if usage else None
     if text:
         s.times.append(now)
         s.texts.append(text)
-        s.cumulative.append(int(usage["completion_tokens"]) if usage else None)
+        s.cumulative.append(completion)
         if "specq_t" in chunk:
-            s.stamps.append(float(chunk["specq_t"]))
-            s.arrive = float(chunk.get("specq_arrive", s.stamps[-1]))
+            try:
+                s.stamps.append(float(chunk["specq_t"]))
+                s.arrive = float(chunk.get("specq_arrive", s.stamps[-1]))
+            except (TypeError, ValueError):
+                raise Malformed("malformed SSE data: specq_t is not a number") from None
     if usage:
-        s.usage_completion = int(usage.get("completion_tokens", 0))
-        s.usage_prompt = usage.get("prompt_tokens")
+        s.usage_completion = completion or 0
+        s.usage_prompt = _count(usage, "prompt_tokens")
     return True
+
+
+def check_plausible(s: _Stream, spec: RequestSpec) -> None:
+    """A complete stream whose numbers could be true: it ended with [DONE], and the server's token count
+    fits the request (at most max_tokens)."""
+    if not s.done:
+        raise Malformed("the stream ended without [DONE] (cut short); the output is incomplete")
+    if s.usage_completion is not None and s.usage_completion > spec.max_tokens:
+        raise Malformed(
+            f"impossible usage: completion_tokens {s.usage_completion} exceeds the request's max_tokens "
+            f"{spec.max_tokens}"
+        )
 
 
 @dataclass
@@ -419,6 +462,11 @@ async def send_request(
         rec.e2e_s = since_send()
         return rec
     rec.e2e_s = since_send()
+    try:
+        check_plausible(s, spec)
+    except Malformed as e:
+        rec.ok, rec.error = False, str(e)[:300]
+        return rec
     t0 = clock.sent if clock.sent is not None else t_start
     fill_record(rec, [t - t0 for t in s.times], s.texts, s.cumulative, s.usage_completion, counter)
     rec.prompt_tokens = s.usage_prompt
@@ -478,7 +526,8 @@ async def run_requests(
     own: list[RequestRecord] = []
     limits = httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=concurrency + 2)
     timeout = httpx.Timeout(spec.timeout_s, connect=min(spec.timeout_s, 30.0))
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+    headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else None
+    async with httpx.AsyncClient(limits=limits, timeout=timeout, headers=headers) as client:
         # The run's clock starts once the client exists: making one (its TLS context) takes 25-60 ms here,
         # which is no part of the server's time, and would pull a short trial's output rate down.
         t0 = time.perf_counter()
@@ -519,8 +568,8 @@ def run_async(coro: Any) -> Any:
 
     for name in ("SIGTERM", "SIGHUP", "SIGINT"):
         sig = getattr(signal, name, None)
-        if sig is None or (name == "SIGINT" and signal.getsignal(sig) is not signal.default_int_handler):
-            continue
+        if sig is None or (name == "SIGINT" and signal.getsignal(sig) in (signal.SIG_IGN, None)):
+            continue  # an ignored SIGINT (a background job) stays ignored
         try:
             previous[sig] = signal.getsignal(sig)
             loop.add_signal_handler(sig, cancel, sig)
@@ -546,5 +595,7 @@ def run_async(coro: Any) -> Any:
         finally:
             for sig, handler in previous.items():
                 loop.remove_signal_handler(sig)
-                signal.signal(sig, handler)
+                # after a signal, the caller unwinds (writes the partial report, stops servers): a second
+                # Ctrl-C must not cut that short, so further signals stay ignored until the CLI exits
+                signal.signal(sig, signal.SIG_IGN if received else handler)
             loop.close()

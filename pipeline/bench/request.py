@@ -20,11 +20,14 @@ class BenchRequest:
     settings: BenchSection
     serve: ServeRequest
     config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # The bearer key for a `--url` server that wants one: never part of the config, so never in a report.
+    api_key: str | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
-    def from_config(cls, cfg: SpecqConfig) -> BenchRequest:
+    def from_config(cls, cfg: SpecqConfig, api_key: str | None = None) -> BenchRequest:
         return cls(
             settings=cfg.bench.model_copy(deep=True),
             serve=ServeRequest.from_config(cfg),
             config=cfg.model_dump(mode="json", by_alias=True),
+            api_key=api_key or None,
         )

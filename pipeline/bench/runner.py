@@ -16,6 +16,7 @@ import dataclasses
 import datetime as dt
 import os
 import platform
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -131,31 +132,60 @@ def _tail(path: Path | None, lines: int = 30) -> str | None:
         return None
 
 
-def _alive(base_url: str) -> bool:
+def _alive(base_url: str, api_key: str | None = None) -> bool:
     import httpx
 
     try:
-        return httpx.get(base_url.rstrip("/") + "/v1/models", timeout=5).status_code == 200
+        r = httpx.get(base_url.rstrip("/") + "/v1/models", headers=auth_headers(api_key), timeout=5)
+        return r.status_code == 200
     except httpx.HTTPError:
         return False
 
 
-def discover_model(base_url: str) -> str:
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The OpenAI clients' bearer header for `api_key` (none without a key)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+KEY_HINT = "pass the server's key with --api-key or the SPECQ_API_KEY / OPENAI_API_KEY environment variable"
+
+
+def discover_model(base_url: str, api_key: str | None = None) -> str:
+    """The first model a running server lists at /v1/models; InputError (exit 2) naming what is wrong when
+    nothing OpenAI-compatible answers, the server wants a key, or the listing is malformed."""
     import httpx
 
     from ..errors import InputError
 
     try:
-        r = httpx.get(base_url.rstrip("/") + "/v1/models", timeout=10)
-        r.raise_for_status()
-        data = r.json().get("data") or []
-    except (httpx.HTTPError, ValueError) as e:
+        r = httpx.get(base_url.rstrip("/") + "/v1/models", headers=auth_headers(api_key), timeout=10)
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError) as e:
         raise InputError(
             f"{base_url}: no OpenAI-compatible server answers at /v1/models ({type(e).__name__})"
         ) from None
+    if r.status_code in (401, 403):
+        said = "refused the API key given" if api_key else "wants an API key"
+        raise InputError(f"{base_url}: the server {said} (HTTP {r.status_code} at /v1/models); {KEY_HINT}")
+    if r.status_code != 200:
+        raise InputError(
+            f"{base_url}: no OpenAI-compatible server answers at /v1/models (HTTP {r.status_code})"
+        )
+    try:
+        body = r.json()
+    except ValueError:
+        body = None
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        raise InputError(
+            f'{base_url}: /v1/models did not answer an OpenAI model list ({{"data": [...]}}); pass --model '
+            "NAME if the server is OpenAI-compatible otherwise"
+        )
     if not data:
         raise InputError(f"{base_url}: the server lists no model; pass --model NAME")
-    return str(data[0]["id"])
+    first = data[0]
+    if not isinstance(first, dict) or not isinstance(first.get("id"), str) or not first["id"]:
+        raise InputError(f"{base_url}: /v1/models lists a model without a string id; pass --model NAME")
+    return first["id"]
 
 
 class RunContext:
@@ -170,7 +200,7 @@ class RunContext:
         b = self.request.settings
         return RequestSpec(
             mode=b.mode, model=model, max_tokens=b.max_tokens, temperature=b.temperature, seed=b.seed,
-            ignore_eos=b.ignore_eos, timeout_s=b.request_timeout_s,
+            ignore_eos=b.ignore_eos, timeout_s=b.request_timeout_s, api_key=self.request.api_key,
         )  # fmt: skip
 
     @property
@@ -518,13 +548,12 @@ def run_bench(
 ) -> BenchReport:
     """Run the benchmark described by `request` and write its report files; returns the report (gates are
     evaluated into it; `specq.pipeline.report.compare.enforce_gates` turns a failure into exit 3)."""
-    from ..report.formatters import write_outputs
-
     b = request.settings
     model_path = request.serve.model_path
     check_inputs(request, engine_factory)
     out = Path(out_dir or b.out or default_out_dir())
     check_writable(out)  # before any server starts
+    created = not out.exists()
     workload = build_workload(
         suite=b.suite, prompts_file=b.prompts, dataset=b.dataset, field=b.field, requests=b.requests
     )
@@ -548,7 +577,7 @@ def run_bench(
         report.complete = False
         report.notes.append("interrupted: partial report")
         finalize(report, request, counter)
-        write_outputs(report, out)
+        _write(report, out, created)
         raise
     empty = unmeasured_runs(report)
     if empty:
@@ -556,7 +585,7 @@ def run_bench(
         what = "; ".join(f"{r.key} measured nothing ({r.reason})" for r in empty)
         report.notes.append(f"incomplete: {what}")
     finalize(report, request, counter)
-    write_outputs(report, out)
+    _write(report, out, created)
     progress(f"report written to {out}")
     raise_for_unmeasured(report, empty, start_errors, out)
     return report
@@ -584,6 +613,19 @@ def target_bytes(request: BenchRequest) -> int | None:
         return weight_bytes_per_token(path)
     except SpecqError:
         return None
+
+
+def _write(report: BenchReport, out: Path, created: bool) -> None:
+    """The report files, all or none; when they cannot be written (a full disk) an --out directory this run
+    created goes too, so nothing half-written (server logs of a run without a report) is left."""
+    from ..report.formatters import write_outputs
+
+    try:
+        write_outputs(report, out)
+    except SpecqError:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
 
 
 def unmeasured_runs(report: BenchReport) -> list[Run]:
@@ -617,7 +659,7 @@ def _external(report: BenchReport, ctx: RunContext) -> None:
     base = b.url.rstrip("/")
     if base.endswith("/v1"):
         base = base[:-3]
-    model = b.served_model_name or discover_model(base)
+    model = b.served_model_name or discover_model(base, ctx.request.api_key)
     report.engine = EngineInfo(name="external", url=base, model=model)
     for conc in b.concurrency:
         run = Run(

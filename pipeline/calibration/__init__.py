@@ -16,10 +16,13 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..errors import InputError, decode_error, missing_package, os_error
-from ..jsonl import read_records
+from ..jsonl import read_record
 from ..progress import Progress, null_progress
 
 TOKENIZE_BATCH = 32
+BATCH_CHARS = 1 << 21  # at most ~2M characters per tokenizer call, however long the texts
+MIN_TEXT_CHARS = 1 << 16  # a text is cut to max(this, 8 characters per token the samples need)
+MAX_LINE_BYTES = 256 << 20  # one JSON Lines row longer than this is refused, not parsed
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".txt": "text"}
 
 
@@ -98,15 +101,26 @@ class _Columns:
 
 
 def _read_jsonl(files: list[Path]) -> _Columns:
-    """Local `.jsonl` files read with the standard library: the common case, without `datasets`' import and
-    Arrow conversion."""
+    """Local `.jsonl` files read with the standard library, one line at a time: the common case, without
+    `datasets`' import and Arrow conversion. A line above MAX_LINE_BYTES is refused before it is parsed."""
     rows: list[dict[str, Any]] = []
     for f in files:
-        try:
-            text = f.read_text(encoding="utf-8")
-        except UnicodeDecodeError as e:
-            raise decode_error(e, f) from None
-        rows += read_records(text, str(f))
+        offset = 0
+        with open(f, "rb") as fh:
+            for n, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), 1):
+                if len(raw) > MAX_LINE_BYTES:
+                    raise InputError(
+                        f"{f}:{n}: a line longer than {MAX_LINE_BYTES / 2**20:g} MiB; split the text into "
+                        "rows (calibration uses at most --samples x --seqlen tokens)"
+                    )
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise decode_error(e, f, offset) from None
+                offset += len(raw)
+                rec = read_record(line, str(f), n)
+                if rec is not None:
+                    rows.append(rec)
     return _Columns(rows)
 
 
@@ -170,7 +184,10 @@ def _load_rows(source: str) -> tuple[str, list[str], Any]:
     return kind, [], ds
 
 
-def _texts(ds: Any, source: str, text_field: str, tokenizer: Any) -> tuple[list[str], int]:
+def _texts(
+    ds: Any, source: str, text_field: str, tokenizer: Any, max_chars: int
+) -> tuple[list[str], int, int]:
+    """(texts, how many were rendered from chat messages, how many were cut to `max_chars`)."""
     columns = list(getattr(ds, "column_names", None) or [])
     if text_field in columns:
         use = text_field
@@ -183,7 +200,7 @@ def _texts(ds: Any, source: str, text_field: str, tokenizer: Any) -> tuple[list[
             "pass --text-field NAME, or give chat data a 'messages' column"
         )
     texts: list[str] = []
-    chats = 0
+    chats = cut = 0
     for i, value in enumerate(ds[use]):
         if use == "messages":
             if getattr(tokenizer, "chat_template", None) is None:
@@ -205,9 +222,11 @@ def _texts(ds: Any, source: str, text_field: str, tokenizer: Any) -> tuple[list[
             raise InputError(
                 f"calibration source {source}: field '{use}' of row {i} is {type(value).__name__}, not text"
             )
+        if len(value) > max_chars:
+            value, cut = value[:max_chars], cut + 1
         if value.strip():
             texts.append(value)
-    return texts, chats
+    return texts, chats, cut
 
 
 def load_calibration(
@@ -229,12 +248,20 @@ def load_calibration(
     if isinstance(tokenizer, (str, Path)):
         tokenizer = load_tokenizer(Path(tokenizer))
     kind, files, ds = _load_rows(source)
-    texts, chats = _texts(ds, source, text_field, tokenizer)
+    need = (samples + heldout_samples) * seqlen
+    max_chars = max(MIN_TEXT_CHARS, 8 * need)
+    texts, chats, cut = _texts(ds, source, text_field, tokenizer, max_chars)
+    del ds
     if not texts:
         raise InputError(f"calibration source {source}: no non-empty texts in field '{text_field}'")
     random.Random(seed).shuffle(texts)
+    if cut:
+        progress(
+            f"calibration: {cut} text(s) longer than {max_chars:,} characters cut to their first "
+            f"{max_chars:,} (more than the samples need)"
+        )
     progress(f"calibration: read {len(texts)} texts from {source}; tokenizing")
-    stream, read = _token_stream(texts, tokenizer, need=(samples + heldout_samples) * seqlen)
+    stream, read = _token_stream(texts, tokenizer, need=need)
     if len(stream) < seqlen:
         raise InputError(
             f"calibration source {source}: only {len(stream)} tokens, fewer than one sample of --seqlen "
@@ -242,6 +269,8 @@ def load_calibration(
         )
     calib, held = _pack(stream, seqlen, samples, heldout_samples)
     notes: list[str] = []
+    if cut:
+        notes.append(f"{cut} text(s) longer than {max_chars} characters were cut to their first {max_chars}")
     if len(calib) < samples:
         notes.append(
             f"the source gives {len(calib)} samples of {seqlen} tokens, fewer than the {samples} requested"
@@ -279,8 +308,12 @@ def _token_stream(texts: list[str], tokenizer: Any, need: int) -> tuple[list[int
     stream: list[int] = []
     read = 0
     while read < len(texts) and len(stream) < need:
-        batch = texts[read : read + TOKENIZE_BATCH]
-        read += len(batch)
+        batch: list[str] = []
+        chars = 0
+        while read < len(texts) and len(batch) < TOKENIZE_BATCH and (not batch or chars < BATCH_CHARS):
+            batch.append(texts[read])
+            chars += len(texts[read])
+            read += 1
         for ids in tokenizer(batch, add_special_tokens=False, verbose=False)["input_ids"]:
             stream.extend(ids)
             if eos is not None:

@@ -84,8 +84,8 @@ class QuantizeSection(Section):
 
     model: str | None = None
     method: Literal["gptq", "awq"] | None = None
-    bits: int = 4
-    group_size: int = 128
+    bits: Literal[2, 3, 4, 8] = 4
+    group_size: int = Field(128, description="columns per quantization group; -1: one group per row")
     sym: bool | None = None
     desc_act: bool = False
     calib: str | None = None
@@ -101,6 +101,13 @@ class QuantizeSection(Section):
     evaluate: bool = Field(True, description="perplexity and logits cosine of original vs quantized")
     eval_samples: int = Field(8, ge=1, description="held-out samples of seqlen tokens for perplexity")
     repack: bool = Field(True, description="GPTQ for speculative use: repack it to AWQ (lossless)")
+
+    @field_validator("group_size")
+    @classmethod
+    def _group_size(cls, v: int) -> int:
+        if v == 0 or v < -1:
+            raise ValueError(f"must be a positive number of columns (e.g. 128) or -1 for whole rows, not {v}")
+        return v
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
 
@@ -167,6 +174,24 @@ def parse_fraction(value: object) -> object:
                 f"expected a fraction like 0.05 or a percentage like 5%, got '{value}'"
             ) from None
     return value
+
+
+def check_url(url: str) -> str:
+    """An http(s) URL with a host and, when given, a port in 1..65535 (what `--url` must be)."""
+    from urllib.parse import urlsplit
+
+    if any(ord(c) < 32 or c.isspace() for c in url):
+        raise ValueError("must be an http:// or https:// URL without spaces or control characters")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as e:
+        raise ValueError(f"not a usable URL ({e}); e.g. http://127.0.0.1:23333") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:23333")
+    if port == 0:
+        raise ValueError("port 0 is not a server's port; e.g. http://127.0.0.1:23333")
+    return url
 
 
 BaselineEngine = Literal["same", "turbomind", "pytorch", "embedded"]
@@ -266,6 +291,13 @@ class BenchSection(Section):
         if bad:
             raise ValueError(f"draft token counts must be in 0..{MAX_DRAFT_TOKENS}, not {int_ranges(bad)}")
         return v
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        return check_url(v)
 
     @field_validator("concurrency")
     @classmethod

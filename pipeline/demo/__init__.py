@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from ..config import SpecqConfig, resolve_config
 from ..config.models import QuantizeSection
 from ..errors import InputError, os_error
+from ..fsutil import cache_root as specq_cache_root
 from ..fsutil import check_writable
 from ..progress import Progress, null_progress
 from ..report.noise import NOISE_FACTOR, NOISE_SPREAD, noise_warnings
@@ -81,6 +82,7 @@ def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_
     if out.exists() and any(out.iterdir()):
         raise InputError(f"{out} is not empty; choose another --out or remove it")
     check_writable(out / "x")
+    specq_cache_root()  # the toy pair is cached there: a SPECQ_CACHE that is a file fails before --out
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

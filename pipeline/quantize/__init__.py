@@ -161,6 +161,21 @@ def plan(cfg: QuantizeSection) -> tuple[str, bool, Backend, list[str]]:
     return method, sym, backend, warnings
 
 
+def check_group_size(ckpt: Checkpoint, group_size: int) -> None:
+    """Groups must tile every quantized layer's input: hidden_size and intermediate_size must be multiples
+    of `group_size` (checked before calibration, not by the backend after it)."""
+    if group_size <= 0:
+        return
+    text = ckpt.text_config
+    for key in ("hidden_size", "intermediate_size"):
+        size = text.get(key)
+        if isinstance(size, int) and size % group_size:
+            raise UsageError(
+                f"--group-size {group_size} does not divide the model's {key} {size}; choose a divisor "
+                "such as 128, 64 or 32, or -1 for whole rows"
+            )
+
+
 def speculative_shape_warnings(ckpt: Checkpoint, method: str, cfg: QuantizeSection) -> list[str]:
     """For `--for speculative`: layer sizes LMDeploy's PyTorch engine will refuse once quantized to 4-bit
     AWQ (or GPTQ repacked to AWQ), read from the unquantized weights' headers before any work is done."""
@@ -249,6 +264,7 @@ def quantize(cfg: QuantizeRequest, progress: Progress = null_progress) -> Quanti
     if out.exists():
         raise InputError(f"{out} already exists; choose another --out or remove it")
     validate_checkpoint(ckpt, role="model")
+    check_group_size(ckpt, cfg.group_size)
     _check_evaluator(cfg, method)
     check_writable(out, need_bytes=ckpt.file_bytes // 4)  # 4-bit weights at least; before calibration
     run = _Run(cfg, model, out, method, sym, backend, pick_device(cfg.device), warnings, progress, t0)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..fsutil import atomic_write_text
+from ..fsutil import atomic_files, atomic_write_text
 from .models import BenchReport, HeadlineBasis, Lossless, Run
 from .noise import noise_warnings
 from .rates import BASIS_NAMES, run_rate
@@ -485,15 +485,17 @@ def plot(report: BenchReport, out_dir: Path) -> list[Path]:
 
 
 def write_outputs(report: BenchReport, out_dir: Path) -> dict[str, Path]:
-    """report.json, runs.csv, summary.md and plots/*.png under `out_dir`."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    files = {
-        "json": report.save(out_dir / "report.json"),
-        "csv": atomic_write_text(out_dir / "runs.csv", to_csv(report)),
-        "md": atomic_write_text(out_dir / "summary.md", to_markdown(report)),
-    }
-    for p in plot(report, out_dir / "plots"):
-        files[p.stem] = p
+    """report.json, runs.csv, summary.md and plots/*.png under `out_dir`, written to a temporary directory
+    beside them and moved into place only once all are complete (a full disk leaves none of them)."""
+    with atomic_files(out_dir) as tmp:
+        names = {
+            "json": report.save(tmp / "report.json").name,
+            "csv": atomic_write_text(tmp / "runs.csv", to_csv(report)).name,
+            "md": atomic_write_text(tmp / "summary.md", to_markdown(report)).name,
+        }
+        plots = {p.stem: p.relative_to(tmp) for p in plot(report, tmp / "plots")}
+    files = {key: out_dir / name for key, name in names.items()}
+    files.update({stem: out_dir / rel for stem, rel in plots.items()})
     return files
 
 

@@ -36,7 +36,12 @@ atexit.register(_stop_all)
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on right now (the OS picks it)."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
+        try:
+            s.bind((host, 0))
+        except OSError as e:  # socket.gaierror included: a host name that does not resolve
+            raise UsageError(
+                f"cannot listen on {host}: {e.strerror or e}; pass an address of this machine with --host"
+            ) from None
         return int(s.getsockname()[1])
 
 
@@ -79,7 +84,7 @@ def tail(path: Path, lines: int = 20) -> str:
     return "\n".join(data.splitlines()[-lines:])
 
 
-def _last_error_line(text: str) -> str:
+def last_error_line(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     for ln in reversed(lines):
         if "error" in ln.lower() or "exception" in ln.lower():
@@ -133,10 +138,9 @@ class ManagedProcess:
         return self.popen.poll() if self.popen is not None else None
 
     def failed(self, what: str) -> ProcessFailed:
-        log = tail(self.log_path, 20)
-        if log:
-            self.progress(f"last lines of {self.log_path}:\n{log}")
-        return ProcessFailed(f"{self.name} {what}: {_last_error_line(log)} (log: {self.log_path})")
+        """One line: what happened, the log's last error line, and where the whole log is."""
+        log = tail(self.log_path, 200)  # the last error line may sit above a screenful of warnings
+        return ProcessFailed(f"{self.name} {what}: {last_error_line(log)} (log: {self.log_path})")
 
     def wait_ready(self, url: str, timeout_s: float, headers: Mapping[str, str] | None = None) -> None:
         """Poll `url` until it answers 200; raise ProcessFailed if the child exits or the deadline passes."""
@@ -205,6 +209,26 @@ def pid_alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def start_ticks(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot, /proc/PID/stat field 22): with the PID, what
+    tells the process specq started from a later one that reused its number. None where /proc cannot say."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def cmdline(pid: int) -> list[str] | None:
+    """Process `pid`'s argument list (/proc/PID/cmdline); None where /proc cannot say."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
 
 
 def _proc_stats() -> list[list[str]] | None:

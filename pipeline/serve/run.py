@@ -19,11 +19,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..config.models import STAGES, SpecqConfig  # noqa: F401  (STAGES: the CLI shows the serve sections)
-from ..errors import InputError, ProcessFailed
-from ..fsutil import atomic_write_text
+from ..errors import InputError, ProcessFailed, Terminated
+from ..fsutil import atomic_write_text, cache_root
 from ..progress import Progress, null_progress
 from .base import ProcessEngine
-from .process import group_alive, pid_alive, stop_group, tail
+from .process import cmdline, group_alive, last_error_line, pid_alive, start_ticks, stop_group, tail
 
 SCHEMA_VERSION = 1
 
@@ -45,6 +45,7 @@ class ServeInfo(BaseModel):
     environment: dict[str, str] = {}  # variables specq sets for the server, shown to the user (no secrets)
     log: str
     pid: int | None = None
+    pid_start: int | None = None  # the server's start time (/proc ticks): a reused PID is not it
     started: str | None = None
     config: dict[str, Any] = {}
 
@@ -59,8 +60,7 @@ def state_dir() -> Path:
     """Where detached servers are recorded: $SPECQ_STATE_DIR, else $SPECQ_CACHE/serve (~/.cache/specq)."""
     if os.environ.get("SPECQ_STATE_DIR"):
         return Path(os.environ["SPECQ_STATE_DIR"])
-    cache = os.environ.get("SPECQ_CACHE") or str(Path.home() / ".cache" / "specq")
-    return Path(cache) / "serve"
+    return cache_root() / "serve"
 
 
 def default_run_dir(port: int) -> Path:
@@ -115,10 +115,12 @@ def dry_run(cfg: SpecqConfig, run_dir: Path | None = None, progress: Progress = 
 
 @contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
-    """Treat SIGTERM to specq like Ctrl-C, so the server is stopped in `finally` either way."""
+    """Treat SIGTERM to specq like Ctrl-C, so the server is stopped in `finally` either way (and specq exits
+    143, as the CLI maps `Terminated`)."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated(signum)
 
     try:
         previous = signal.signal(signal.SIGTERM, handler)
@@ -151,16 +153,14 @@ def serve_foreground(
             while True:
                 code = engine.poll()
                 if code is not None:
-                    log = tail(engine.log_path, 20)
-                    if log:
-                        progress(f"last lines of {engine.log_path}:\n{log}")
                     raise ProcessFailed(
-                        f"{engine.name} server exited with code {code} (log: {engine.log_path})"
+                        f"{engine.name} server exited with code {code}: "
+                        f"{last_error_line(tail(engine.log_path, 200))} (log: {engine.log_path})"
                     )
                 time.sleep(0.5)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: stop the server, exit 130/143/129
             progress("stopping the server")
-            return info_of(engine, cfg)
+            raise
         finally:
             engine.stop()
 
@@ -180,6 +180,7 @@ def serve_detached(
             raise
     info = info_of(engine, cfg)
     info.started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    info.pid_start = start_ticks(engine.pid) if engine.pid is not None else None
     path = state_dir() / f"{engine.spec.port}.json"
     atomic_write_text(path, info.model_dump_json(indent=2))
     engine.detach()
@@ -203,10 +204,21 @@ def _states() -> list[tuple[Path, ServeInfo]]:
     return out
 
 
+def is_recorded_server(info: ServeInfo) -> bool:
+    """Whether `info.pid` still is the server specq recorded, not a later process that reused the PID: the
+    same start time when one was recorded, else a command line that names the served model."""
+    if info.pid is None or not pid_alive(info.pid):
+        return False
+    if info.pid_start is not None:
+        return start_ticks(info.pid) in (info.pid_start, None)
+    argv = cmdline(info.pid)
+    return argv is None or info.model_path in argv
+
+
 def status() -> list[ServerStatus]:
     """Every detached server specq recorded, and whether it still runs."""
     return [
-        ServerStatus(info=info, state_file=str(path), running=info.pid is not None and pid_alive(info.pid))
+        ServerStatus(info=info, state_file=str(path), running=is_recorded_server(info))
         for path, info in _states()
     ]
 
@@ -218,7 +230,12 @@ def stop(port: int | None = None, progress: Progress = null_progress) -> list[Se
         raise InputError(f"no detached specq server on port {port} (see: specq serve status)")
     stopped: list[ServeInfo] = []
     for path, info in states:
-        if info.pid is not None and (pid_alive(info.pid) or group_alive(info.pid)):
+        if info.pid is not None and pid_alive(info.pid) and not is_recorded_server(info):
+            progress(
+                f"pid {info.pid} is no longer the {info.engine} server specq started at {info.url}; not "
+                f"signalling it (removed the stale state file {path})"
+            )
+        elif info.pid is not None and (pid_alive(info.pid) or group_alive(info.pid)):
             progress(f"stopping {info.engine} server {info.model_name} at {info.url} (pid {info.pid})")
             stop_group(info.pid)
             stopped.append(info)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 from pathlib import Path
 
 from .. import hardware
@@ -193,7 +192,9 @@ def _is_bf16(ckpt: Checkpoint) -> bool:
 
 
 def _cache_root() -> Path:
-    return Path(os.environ.get("SPECQ_CACHE") or Path.home() / ".cache" / "specq")
+    from ..fsutil import cache_root
+
+    return cache_root()
 
 
 def fp16_copy_path(draft: Checkpoint) -> Path:

@@ -111,8 +111,11 @@ class ToyReport(BaseModel):
 
 def cache_root(cache_dir: str | Path | None = None) -> Path:
     """`cache_dir` or ${SPECQ_CACHE:-~/.cache/specq}; pairs live in its `toy/` folder."""
-    base = cache_dir or os.environ.get("SPECQ_CACHE") or Path.home() / ".cache" / "specq"
-    return Path(base).expanduser() / "toy"
+    if cache_dir:
+        return Path(cache_dir).expanduser() / "toy"
+    from ..fsutil import cache_root as specq_cache
+
+    return specq_cache().expanduser() / "toy"
 
 
 def cache_key(size: str, seed: int, corpus_digest: str, arch: str = "qwen3") -> str:

@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 
 from .generator import GenerationRequest, Generator, TokenLogprob
 from .metrics import EngineMetrics
+from .validate import BadRequest, Sampling, messages_of, prompt_of, sampling
 
 
 class _Rejected(Exception):
@@ -147,46 +148,46 @@ class _Server:
         )
 
     async def completions(self, body: dict[str, Any]) -> Response:
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-            prompt = prompt[0]
-        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-            ids = [int(t) for t in prompt]
-        elif isinstance(prompt, str):
-            ids = self.generator.encode(prompt)
-        else:
-            raise _Rejected(400, "'prompt' must be a string (or a list of token ids)")
+        try:
+            settings = sampling(body, self.default_max_tokens)
+            prompt = prompt_of(body, self.vocab_size)
+        except BadRequest as e:
+            raise _Rejected(400, str(e)) from None
         _check_model(body, self.model_name)
-        return await self.run(self.parse(body, ids, chat=False), chat=False, body=body)
+        ids = prompt if isinstance(prompt, list) else self.generator.encode(prompt)
+        req = self.request(settings, ids, self.top_logprobs(body, chat=False))
+        return await self.run(req, settings, chat=False, body=body)
 
     async def chat_completions(self, body: dict[str, Any]) -> Response:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise _Rejected(400, "'messages' must be a non-empty list")
-        _check_model(body, self.model_name)
-        return await self.run(self.parse(body, self.generator.encode_chat(messages)), chat=True, body=body)
-
-    def parse(self, body: dict[str, Any], prompt_ids: list[int], chat: bool = True) -> GenerationRequest:
-        if body.get("n", 1) != 1:
-            raise _Rejected(400, "n > 1 is not supported by the embedded engine")
-        if body.get("stop"):
-            raise _Rejected(400, "'stop' is not supported by the embedded engine")
-        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or self.default_max_tokens
         try:
-            return GenerationRequest(
-                prompt_ids=prompt_ids,
-                max_new_tokens=int(max_tokens),
-                temperature=_num(body.get("temperature"), 0.0),
-                top_p=_num(body.get("top_p"), 1.0),
-                top_k=int(body["top_k"]) if body.get("top_k") else None,
-                repetition_penalty=float(body.get("repetition_penalty") or 1.0),
-                min_new_tokens=int(body.get("min_new_tokens") or body.get("min_tokens") or 0),
-                ignore_eos=bool(body.get("ignore_eos", False)),
-                seed=int(body["seed"]) if body.get("seed") is not None else None,
-                top_logprobs=self.top_logprobs(body, chat),
-            )
-        except (TypeError, ValueError) as e:
-            raise _Rejected(400, f"bad request field: {e}") from None
+            settings = sampling(body, self.default_max_tokens)
+            messages = messages_of(body)
+        except BadRequest as e:
+            raise _Rejected(400, str(e)) from None
+        _check_model(body, self.model_name)
+        try:
+            ids = self.generator.encode_chat(messages)
+        except Exception as e:  # the model's chat template refused these messages (a jinja error)
+            raise _Rejected(
+                400, f"the chat template refused these messages: {type(e).__name__}: {e}"[:300]
+            ) from None
+        return await self.run(
+            self.request(settings, ids, self.top_logprobs(body, chat=True)), settings, True, body
+        )
+
+    @property
+    def vocab_size(self) -> int | None:
+        config = getattr(getattr(self.generator, "model", None), "config", None)
+        value = getattr(config, "vocab_size", None)
+        return value if isinstance(value, int) and value > 0 else None
+
+    @staticmethod
+    def request(s: Sampling, prompt_ids: list[int], top_logprobs: int | None = None) -> GenerationRequest:
+        return GenerationRequest(
+            prompt_ids=prompt_ids, max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
+            top_k=s.top_k, repetition_penalty=s.repetition_penalty, min_new_tokens=s.min_new_tokens,
+            ignore_eos=s.ignore_eos, seed=s.seed, top_logprobs=top_logprobs,
+        )  # fmt: skip
 
     def top_logprobs(self, body: dict[str, Any], chat: bool) -> int | None:
         """How many alternatives per token the request asks for (None: no logprobs): chat's `logprobs:
@@ -209,15 +210,18 @@ class _Server:
             )  # fmt: skip
         return n
 
-    async def run(self, req: GenerationRequest, chat: bool, body: dict[str, Any]) -> Response:
+    async def run(
+        self, req: GenerationRequest, settings: Sampling, chat: bool, body: dict[str, Any]
+    ) -> Response:
         check_context(req, self.positions, "messages" if chat else "prompt")
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+        return_ids = body.get("return_token_ids")
+        if return_ids is not None and not isinstance(return_ids, bool):
+            raise _Rejected(400, f"'return_token_ids' must be a boolean, not {return_ids!r}"[:200])
         self.admit()
-        return_ids = bool(body.get("return_token_ids"))
-        if not body.get("stream"):
-            return await self._complete(req, chat, rid, return_ids)
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        return self._stream(req, chat, rid, include_usage, return_ids)
+        if not settings.stream:
+            return await self._complete(req, chat, rid, bool(return_ids))
+        return self._stream(req, chat, rid, settings.include_usage, bool(return_ids))
 
     def logprobs(self, scored: list[TokenLogprob], chat: bool) -> dict[str, Any]:
         """OpenAI's logprobs object for these tokens: chat's `content` list (token, bytes, logprob,
@@ -394,7 +398,7 @@ async def _events(
 async def _body_of(request: Request) -> dict[str, Any]:
     try:
         body = await request.json()
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested deeper than the parser goes
         raise _Rejected(400, "request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise _Rejected(400, "request body must be a JSON object")
@@ -426,10 +430,6 @@ def _check_model(body: dict[str, Any], model_name: str) -> None:
     if name not in (None, "", model_name):
         raise _Rejected(404, f"model '{name}' is not served here; this server serves '{model_name}'",
                         "not_found_error")  # fmt: skip
-
-
-def _num(value: Any, default: float) -> float:
-    return default if value is None else float(value)
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:

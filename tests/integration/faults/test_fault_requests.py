@@ -107,3 +107,80 @@ def test_sweep_survives_a_server_killed_mid_run(tmp_path):
     assert by["baseline"]["status"] == "ok" and by["k=4"]["status"] == "ok"
     assert [r["status"] for r in saved["runs"]] == ["ok", "server-failed", "ok"]
     assert saved["complete"] is False
+
+
+M = [{"role": "user", "content": "def add(a, b):"}]
+BAD_REQUESTS = {
+    # messages of the wrong shape
+    "messages not objects": ("/v1/chat/completions", {"messages": [1, "x"]}, "'messages[0]' must be"),
+    "messages a string": ("/v1/chat/completions", {"messages": "hi"}, "'messages' must be a non-empty list"),
+    "message without role": ("/v1/chat/completions", {"messages": [{"content": "hi"}]}, "'messages[0].role'"),
+    "content a number": ("/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, ".content"),
+    "content part not text": (
+        "/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image"}]}]}, "text part"
+    ),
+    # fields of the wrong type
+    "stream_options a string": (
+        "/v1/chat/completions", {"messages": M, "stream": True, "stream_options": "yes"}, "'stream_options'"
+    ),
+    "stream a string": ("/v1/chat/completions", {"messages": M, "stream": "yes"}, "'stream' must be true"),
+    "max_tokens a string": ("/v1/completions", {"prompt": "def", "max_tokens": "5"}, "'max_tokens'"),
+    "ignore_eos a number": ("/v1/completions", {"prompt": "def", "ignore_eos": 1}, "'ignore_eos'"),
+    "model a number": ("/v1/completions", {"prompt": "def", "model": 3}, "'model' must be a string"),
+    "huge seed": ("/v1/completions", {"prompt": "def", "seed": 2**70}, "'seed' must be an integer in"),
+    "seed a float": ("/v1/completions", {"prompt": "def", "seed": 1.5}, "'seed'"),
+    "token id too large": ("/v1/completions", {"prompt": [1, 2, 10**6]}, "token id 1000000 is out of range"),
+    "negative token id": ("/v1/completions", {"prompt": [1, -4]}, "token id -4 is out of range"),
+    "prompt an object": ("/v1/completions", {"prompt": {"a": 1}}, "'prompt' must be a string"),
+    # out of the OpenAI API's ranges
+    "max_tokens -5": ("/v1/completions", {"prompt": "def", "max_tokens": -5}, "'max_tokens' must be"),
+    "max_tokens 0": ("/v1/completions", {"prompt": "def", "max_tokens": 0}, "'max_tokens' must be"),
+    "max_completion_tokens 0": ("/v1/chat/completions", {"messages": M, "max_completion_tokens": 0}, "≥ 1"),
+    "repetition_penalty 0": ("/v1/completions", {"prompt": "def", "repetition_penalty": 0}, "(0, 10]"),
+    "top_p 5": ("/v1/completions", {"prompt": "def", "top_p": 5}, "'top_p' must be a number in (0, 1]"),
+    "top_p 0": ("/v1/completions", {"prompt": "def", "top_p": 0}, "'top_p'"),
+    "temperature -1": ("/v1/completions", {"prompt": "def", "temperature": -1}, "[0, 2]"),
+    "temperature 3": ("/v1/completions", {"prompt": "def", "temperature": 3}, "[0, 2]"),
+    "top_k -1": ("/v1/completions", {"prompt": "def", "top_k": -1}, "'top_k'"),
+    "min_tokens above max": ("/v1/completions", {"prompt": "x", "max_tokens": 4, "min_tokens": 9}, "[0, 4]"),
+    "presence_penalty 3": ("/v1/completions", {"prompt": "def", "presence_penalty": 3}, "[-2, 2]"),
+    "n 2": ("/v1/completions", {"prompt": "def", "n": 2}, "n > 1"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", BAD_REQUESTS)
+def test_embedded_server_refuses_a_bad_request_with_400(case, embedded_server):
+    path, body, needle = BAD_REQUESTS[case]
+    for stream in (False, True):
+        r = httpx.post(embedded_server + path, json={"stream": stream, **body}, timeout=60)
+        assert r.status_code == 400, r.text  # before anything is generated: never a 500, never a 200 stream
+        err = r.json()["error"]
+        assert err["type"] == "invalid_request_error" and err["code"] == 400
+        assert needle in err["message"], err["message"]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"[" * 100_000 + b"]" * 100_000, b'{"prompt": "\xff\xfe"}', b'{"prompt": "def"', b"[1, 2]"],
+    ids=["deeply nested", "not UTF-8", "truncated", "not an object"],
+)
+def test_embedded_server_refuses_an_unparsable_body_with_400(raw, embedded_server):
+    r = httpx.post(
+        embedded_server + "/v1/completions",
+        content=raw,
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"max_tokens": 3, "seed": -3}, {"max_tokens": 3, "seed": 2**64 - 1, "temperature": 0.7, "top_k": 0},
+     {"max_tokens": None, "top_p": None, "temperature": None, "max_completion_tokens": 3}],
+    ids=["negative seed", "largest seed", "nulls take defaults"],
+)  # fmt: skip
+def test_embedded_server_accepts_the_edges_of_the_ranges(body, embedded_server):
+    r = httpx.post(embedded_server + "/v1/completions", json={"prompt": "def", **body}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert 1 <= r.json()["usage"]["completion_tokens"] <= 3

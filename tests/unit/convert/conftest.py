@@ -110,7 +110,11 @@ def make_ckpt(tmp_path: Path) -> Callable[..., Path]:
                     items.append((f"{p}.{suffix}", dt[arr.dtype], arr))
         write_tensors(d / "model.safetensors", items, {"format": "pt"})
         # a tokenizer that parses: readiness requires one (checkpoint_problems)
-        (d / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "WordLevel"}}))
+        (d / "tokenizer.json").write_text(
+            json.dumps(
+                {"version": "1.0", "model": {"type": "WordLevel", "vocab": {"a": 0}, "unk_token": "a"}}
+            )
+        )
         cfg = qwen3_config(**(config or {}))
         if kind == "gptq":
             q = {"quant_method": "gptq", "bits": 4, "group_size": group, "sym": True, "desc_act": False,
@@ -128,7 +132,9 @@ def make_ckpt(tmp_path: Path) -> Callable[..., Path]:
             q.update(qconfig or {})
             cfg["quantization_config"] = q
         (d / "config.json").write_text(json.dumps(cfg))
-        (d / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}}}))
+        (d / "tokenizer.json").write_text(
+            json.dumps({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}})
+        )
         return d
 
     return make
@@ -159,7 +165,9 @@ def make_draft(tmp_path: Path) -> Callable[..., Path]:
         (d / "config.json").write_text(json.dumps(config))
         bits = (np.linspace(-2, 2, HIDDEN, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
         write_tensors(d / "model.safetensors", [("norm.weight", "BF16", bits)])
-        (d / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}}}))
+        (d / "tokenizer.json").write_text(
+            json.dumps({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}})
+        )
         return d
 
     return make

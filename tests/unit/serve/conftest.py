@@ -33,7 +33,9 @@ def write_ckpt(
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(config))
     if vocab is not None:
-        (path / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": vocab}}))
+        (path / "tokenizer.json").write_text(
+            json.dumps({"model": {"type": "BPE", "vocab": vocab, "merges": []}})
+        )
     if tensors:
         header: dict[str, Any] = {}
         offset = 0
