@@ -1,9 +1,10 @@
 """A headline you can trust, against the synthetic server misbehaving on purpose (real HTTP, known schedule):
 an engine that JIT-compiles on its first requests is warmed up to steady state and the headline converges on
 the schedule's speedup; the same engine with the old single warm-up request is flagged inconsistent and the
-headline says so; an engine that never settles is marked unsteady; TTFT is measured from the send (within
-0.5 ms of the schedule) and per-token ITL is exact with several tokens in the first chunk; a run in which
-every request failed exits 5 with one line naming it."""
+headline says so; an engine that never settles is marked unsteady; TTFT is measured from the send and
+per-token ITL follows the server's stamps with several tokens in the first chunk (the exact arithmetic on
+recorded timestamps is in tests/unit/bench/test_bench_client.py); a run in which every request failed exits 5
+with one line naming it."""
 
 from __future__ import annotations
 
@@ -190,7 +191,8 @@ def test_ttft_from_the_send_and_exact_per_token_itl_with_a_multi_token_first_chu
     sizes = plan_chunks(4, MAX_TOKENS, PATTERN, 1, first)
     sent, ttft_err, itl_err, sched_err = [], [], [], []
     for r in records:
-        assert r.ok and r.chunk_tokens == sizes and r.connect_s is not None and r.connect_s >= 0
+        # connect_s > 0: the clock started at the send the trace reported, not at the request's start
+        assert r.ok and r.chunk_tokens == sizes and r.connect_s is not None and r.connect_s > 0
         assert r.ttft_s is not None and r.server_chunk_times is not None and r.server_arrival_s is not None
         # the clock starts when the request goes out: the server reads it just after (never before), and
         # the connection's set-up (about 2 ms here, a new one per request) is not in TTFT
@@ -212,18 +214,18 @@ def test_ttft_from_the_send_and_exact_per_token_itl_with_a_multi_token_first_chu
     def median(xs: list[float]) -> float:
         return sorted(xs)[len(xs) // 2]
 
-    # The server stamps on the client's monotonic clock, so only `sent` sees where the clock starts: the bug
-    # this guards against (the clock started before the connection was set up, about 2 ms here) put every
-    # request 1-2.5 ms late there; the server reads the request a little after the send (its thread for the
-    # new connection has to start). `ttft_err` (the server's send stamp to the client's receipt) and
-    # `sched_err` (against the server's own schedule) are independent of the clock's origin: they guard
-    # against a client that stamps a chunk late (after parsing or buffering, a step of 4 ms or more) and a
-    # server off its schedule, so they get 2 ms. A shared 2-core CI machine has read a best delivery of
-    # 0.57 ms and a best schedule error of 0.50 ms (2026-12-02), so tighter bounds are flaky.
-    assert median(sent) < 1.5e-3, sent
-    assert min(ttft_err) >= 0 and median(ttft_err) < 2e-3, ttft_err
-    assert abs(median(sched_err)) < 2e-3, sched_err
-    assert median(itl_err) < 0.25e-3
+    # The server stamps on the client's monotonic clock, so these are real-time checks of the real client
+    # against the real server. What they guard is tested exactly, on recorded timestamps, in
+    # tests/unit/bench/test_bench_client.py (TTFT from the send and not from the connection's set-up, the
+    # client's delivery error, per-token ITL with a multi-token first chunk); here they are sanity bounds,
+    # each 10x what a quiet machine holds, because a busy CI machine preempts the client and the server
+    # for milliseconds (a shared 2-core machine read a median delivery of 2.98 ms, 2026-12-02). The
+    # causal checks hold on any machine: the server reads the request after the send (above) and the
+    # client receives a chunk after the server stamped it (`min(ttft_err) >= 0`).
+    assert median(sent) < 15e-3, sent  # a quiet machine: < 1.5 ms
+    assert min(ttft_err) >= 0 and median(ttft_err) < 20e-3, ttft_err  # quiet: < 2 ms
+    assert abs(median(sched_err)) < 20e-3, sched_err  # quiet: < 2 ms
+    assert median(itl_err) < 2.5e-3  # quiet: < 0.25 ms
 
 
 @pytest.fixture
