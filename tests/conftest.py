@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,34 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+# Session fixtures that cost tens of seconds each (quantizing on CPU): with pytest-xdist (`make test` runs
+# `-n 2 --dist loadgroup`), every module that uses one goes to the same worker, so each is built once a run.
+SHARED_FIXTURES = ("qwen35_quantized", "gptq_checkpoint")
+# What a module waits for, in the order a run should start them: the Qwen3.5 toy (about 4 minutes cold,
+# the longest chain of the run), the small toy pair (about 2 minutes cold), nothing.
+TOYS = ("toy35", "toy_pair")
+
+
+def _module_needs(items: list[pytest.Item]) -> tuple[dict[str, int], dict[str, str]]:
+    """Per module: the first toy in TOYS any of its tests needs (its index; len(TOYS) for none) and its
+    xdist group (a shared fixture's name, else the module itself)."""
+    rank: dict[str, int] = {}
+    group: dict[str, str] = {}
+    for item in items:
+        mod = item.nodeid.split("::")[0]
+        names = set(item.fixturenames)
+        r = min((i for i, toy in enumerate(TOYS) if toy in names), default=len(TOYS))
+        rank[mod] = min(rank.get(mod, len(TOYS)), r)
+        shared = next((f for f in SHARED_FIXTURES if f in names), None)
+        if shared is not None or mod not in group:
+            group[mod] = shared or group.get(mod, mod)
+    return rank, group
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
+    """Before the other hooks (xdist's reads the xdist_group marks): the GPU skips and the groups; after
+    them (pytest's own reordering for parametrized fixtures included): the order for a cold cache."""
     from specq.pipeline.hardware import cuda_usable
 
     if any("gpu" in item.keywords for item in items) and not cuda_usable():
@@ -26,6 +54,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+    _, group = _module_needs(items)
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group[item.nodeid.split("::")[0]]))
+    yield
+    # Order for a cold cache on few cores (every test still runs, each module's tests stay together and
+    # in their order): first one module that builds the Qwen3.5 toy and one that builds the small pair, so
+    # two workers start the two builds at once; then the modules that need no toy, then those that need
+    # the small pair, then the Qwen3.5 toy's. Each module is one xdist unit (its module fixtures are built
+    # once), and the modules that share an expensive session fixture are one unit together.
+    rank, group = _module_needs(items)
+    mods = list(dict.fromkeys(item.nodeid.split("::")[0] for item in items))
+    first = [next((m for m in mods if rank[m] == i), None) for i in range(len(TOYS))]
+    starters = [m for m in first if m is not None]
+    order = {m: i for i, m in enumerate(starters + sorted(
+        (m for m in mods if m not in starters), key=lambda m: (-rank[m], mods.index(m))
+    ))}  # fmt: skip
+    # a group runs where its first module is in the order; its other modules follow it there
+    group_pos = {}
+    for m in sorted(mods, key=order.__getitem__):
+        group_pos.setdefault(group[m], order[m])
+    items.sort(key=lambda it: (group_pos[group[it.nodeid.split("::")[0]]], order[it.nodeid.split("::")[0]]))
 
 
 @pytest.fixture
