@@ -8,6 +8,9 @@ TORCH ?= torch==2.13.0
 CPU_EXTRAS ?= ml,serve,quant,dev
 GPU_EXTRAS ?= ml,serve,quant,lmdeploy,dev
 PYTEST_ARGS ?=
+# `make test` runs the suite on this many pytest-xdist workers, a module per worker in the order
+# tests/conftest.py gives (the toy builds first); PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
 export GPTQMODEL_CPU_WORKERS ?= 2
 LINT_PATHS := cli pipeline tests $(wildcard benchmarks/*.py)
 
@@ -33,7 +36,8 @@ typecheck:
 
 # The README's test command.
 test: lint typecheck
-	$(BIN)/python -m pytest -m "not gpu" --durations=15 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not gpu" -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		--durations=15 $(PYTEST_ARGS)
 
 unit:
 	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,17 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+# What a module waits for on a cold cache, in the order a run should start them: the Qwen3.5 toy (about 4
+# minutes, the longest chain of the run), the small toy pair (about 2 minutes), nothing.
+TOYS = ("toy35", "toy_pair")
+
+
+def _module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
     from specq.pipeline.hardware import cuda_usable
 
     if any("gpu" in item.keywords for item in items) and not cuda_usable():
@@ -26,6 +38,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+    yield
+    # After every other hook (pytest's own reordering for parametrized fixtures included), the order for a
+    # cold cache on few cores; every test still runs, and each module's tests stay together and in their
+    # order. `make test` runs pytest-xdist with `--dist loadfile --no-loadscope-reorder`: each module goes
+    # to one worker (its module fixtures are built once) in this order. First one module that needs the
+    # Qwen3.5 toy and one that needs the small pair, so the two workers start the two builds at once (one
+    # thread each); then the modules that need no toy, those that need the small pair, the Qwen3.5 toy's.
+    rank: dict[str, int] = {}
+    for item in items:
+        names = set(item.fixturenames)
+        r = min((i for i, toy in enumerate(TOYS) if toy in names), default=len(TOYS))
+        rank[_module_of(item)] = min(rank.get(_module_of(item), len(TOYS)), r)
+    mods = list(rank)  # in collection order
+    starters = [m for m in (next((m for m in mods if rank[m] == i), None) for i in range(len(TOYS))) if m]
+    rest = sorted((m for m in mods if m not in starters), key=lambda m: (-rank[m], mods.index(m)))
+    order = {m: i for i, m in enumerate(starters + rest)}
+    items.sort(key=lambda item: order[_module_of(item)])
+
+
+@contextlib.contextmanager
+def _once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[Path, bool]]:
+    """A directory for a session fixture's output that all pytest-xdist workers of this run share, held
+    under a lock: yields (path, already built); the fixture builds it when it was not. A worker's basetemp
+    is one `popen-gwN` folder in the run's; without xdist the session's own basetemp is used."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    out, done = root / name, root / f".{name}.complete"
+    with (root / f".{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = done.is_file()
+        yield out, built
+        if not built:
+            done.touch()
 
 
 @pytest.fixture
@@ -76,7 +123,11 @@ def tiny_qwen35(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("transformers")
     from tests.tinymodel import build_tiny_qwen35
 
-    return build_tiny_qwen35(tmp_path_factory.mktemp("qwen35") / "model")
+    # one per run, shared by the workers: `qwen35_quantized` (also shared) is quantized from these files
+    with _once_per_run(tmp_path_factory, "qwen35") as (root, built):
+        if not built:
+            build_tiny_qwen35(root / "model")
+    return root / "model"
 
 
 @pytest.fixture(scope="session")
@@ -89,16 +140,18 @@ def qwen35_quantized(tiny_qwen35: Path, tmp_path_factory: pytest.TempPathFactory
     from specq.pipeline.quantize import QuantizeRequest, quantize
     from tests.tinymodel import calibration_rows, write_jsonl
 
-    root = tmp_path_factory.mktemp("qwen35-q")
-    calib = write_jsonl(root / "calib.jsonl", calibration_rows(1500))
-    out = {}
-    for method, target in (("gptq", "plain"), ("awq", "speculative")):
-        cfg = QuantizeSection.model_validate(
-            {"method": method, "for": target, "backend": "gptqmodel", "calib": str(calib), "device": "cpu",
-             "samples": 4, "seqlen": 64, "eval_samples": 2}
-        )  # fmt: skip
-        out[method] = root / method
-        quantize(QuantizeRequest.from_config(cfg, model=tiny_qwen35, out=out[method]))
+    # built once a run: the two modules that use it may run on different pytest-xdist workers
+    with _once_per_run(tmp_path_factory, "qwen35-q") as (root, built):
+        out = {method: root / method for method in ("gptq", "awq")}
+        if not built:
+            root.mkdir()
+            calib = write_jsonl(root / "calib.jsonl", calibration_rows(1500))
+            for method, target in (("gptq", "plain"), ("awq", "speculative")):
+                cfg = QuantizeSection.model_validate(
+                    {"method": method, "for": target, "backend": "gptqmodel", "calib": str(calib),
+                     "device": "cpu", "samples": 4, "seqlen": 64, "eval_samples": 2}
+                )  # fmt: skip
+                quantize(QuantizeRequest.from_config(cfg, model=tiny_qwen35, out=out[method]))
     return out
 
 

@@ -385,15 +385,17 @@ def check_plausible(s: _Stream, spec: RequestSpec) -> None:
 
 @dataclass
 class SendClock:
-    """When the request's headers started going out (httpcore trace), on `time.perf_counter`'s clock."""
+    """When the request's headers started going out (httpcore trace), on `now`'s clock
+    (`time.perf_counter`; tests give it a clock of their own)."""
 
     sent: float | None = None
+    now: Callable[[], float] = time.perf_counter
 
     async def trace(self, event: str, info: dict[str, Any]) -> None:
         # http11.send_request_headers.started / http2.send_request_headers.started; a retried request
         # (a stale pooled connection) is sent again, so the last send counts.
         if event.endswith("send_request_headers.started"):
-            self.sent = time.perf_counter()
+            self.sent = self.now()
 
 
 async def _stream(client: Any, url: str, body: dict[str, Any], mode: Mode, clock: SendClock) -> _Stream:
@@ -461,19 +463,39 @@ async def send_request(
         rec.ok, rec.error = False, str(e)[:300]
         rec.e2e_s = since_send()
         return rec
-    rec.e2e_s = since_send()
+    end = time.perf_counter()
     try:
         check_plausible(s, spec)
     except Malformed as e:
         rec.ok, rec.error = False, str(e)[:300]
+        t0 = clock.sent if clock.sent is not None else t_start
+        rec.connect_s, rec.e2e_s = t0 - t_start, end - t0
         return rec
-    t0 = clock.sent if clock.sent is not None else t_start
+    return stream_record(rec, s, t_start, clock.sent, end, counter, keep_scores=spec.top_logprobs is not None)
+
+
+def stream_record(
+    rec: RequestRecord,
+    s: _Stream,
+    t_start: float,
+    sent: float | None,
+    end: float,
+    counter: TokenCounter | None = None,
+    keep_scores: bool = False,
+) -> RequestRecord:
+    """Fill `rec` from a finished stream whose times are absolute, on one clock: the request was started at
+    `t_start`, its headers went out at `sent` (None: the trace never said; `t_start` then) and the stream
+    ended at `end`. TTFT, chunk times, e2e and the server's stamps count from the send; the time before it
+    is `connect_s`. `keep_scores`: the stream's logprobs go into the record (the reference pass)."""
+    t0 = sent if sent is not None else t_start
+    rec.connect_s = t0 - t_start
+    rec.e2e_s = end - t0
     fill_record(rec, [t - t0 for t in s.times], s.texts, s.cumulative, s.usage_completion, counter)
     rec.prompt_tokens = s.usage_prompt
     rec.finish_reason = s.finish_reason
     if s.ids_seen and (s.usage_completion is None or len(s.token_ids) == s.usage_completion):
         rec.token_ids = s.token_ids
-    if spec.top_logprobs is not None and s.scores:
+    if keep_scores and s.scores:
         rec.scores = s.scores
     if s.stamps and len(s.stamps) == len(s.times):
         rec.server_chunk_times = [round(t - t0, 7) for t in s.stamps]
