@@ -26,7 +26,11 @@ pytestmark = pytest.mark.integration
 MAX_TOKENS = 24
 PATTERN = [2, 1, 3, 0]
 TTFT, STEP = 0.002, 0.004
-JIT = ["--jit-requests", "3", "--jit-s", "0.3"]  # requests 1-3 after start pay 0.3, 0.2, 0.1 s of compile
+# The warm-up and headline tests compare rates measured on the wall clock with the schedule's, so their server
+# runs 5x slower: a 20 ms step, next to which a busy 2-core machine's per-chunk jitter (a few ms, which read a
+# client decode rate 14 % off a 4 ms step, 2026-12-02) stays about ten times below the 5-15 % tolerances.
+WARM_TTFT, WARM_STEP = 5 * TTFT, 5 * STEP
+JIT = ["--jit-requests", "3", "--jit-s", "1.5"]  # requests 1-3 after start pay 1.5, 1.0, 0.5 s of compile
 
 
 # The repetition tests are about outputs, not timing: warm-up and consistency tolerances 10x the defaults'
@@ -45,16 +49,18 @@ def config(tmp_path, **bench) -> SpecqConfig:
 
 
 def jit_factory(request, run_dir, progress):
-    return SyntheticEngine(request, run_dir, progress, "--step-s", str(STEP), "--ttft-s", str(TTFT), *JIT)
+    return SyntheticEngine(
+        request, run_dir, progress, "--step-s", str(WARM_STEP), "--ttft-s", str(WARM_TTFT), *JIT
+    )
 
 
 def warm_factory(request, run_dir, progress):
-    return SyntheticEngine(request, run_dir, progress, "--step-s", str(STEP), "--ttft-s", str(TTFT))
+    return SyntheticEngine(request, run_dir, progress, "--step-s", str(WARM_STEP), "--ttft-s", str(WARM_TTFT))
 
 
 def schedule_e2e(k: int) -> float:
     """One request's time on the synthetic server's schedule once it is warm."""
-    return TTFT + (len(plan_chunks(k, MAX_TOKENS, PATTERN, 1)) - 1) * STEP
+    return WARM_TTFT + (len(plan_chunks(k, MAX_TOKENS, PATTERN, 1)) - 1) * WARM_STEP
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +113,7 @@ def test_jit_engine_warmed_to_steady_state_gives_the_warm_speedup(tmp_path, warm
     # step cost = τ / decode-rate speedup; on this schedule one verify step costs one plain step
     assert spec.acceptance is not None and spec.acceptance.acceptance_length is not None
     assert spec.step_cost_ratio == pytest.approx(spec.acceptance.acceptance_length / spec.decode_speedup)
-    assert spec.step_cost_ratio == pytest.approx(STEP / STEP, rel=0.05)
+    assert spec.step_cost_ratio == pytest.approx(WARM_STEP / WARM_STEP, rel=0.05)
     table = render(report, "table")
     assert h.text in table and "step cost" in table
     md = (tmp_path / "out" / "summary.md").read_text()
