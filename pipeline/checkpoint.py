@@ -5,6 +5,7 @@ convert, plan, serve and bench all read checkpoints through this one module."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import struct
 from functools import cached_property
@@ -42,10 +43,7 @@ class TensorInfo(BaseModel):
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -431,30 +429,35 @@ def shape_problems(text: dict[str, Any], tensors: dict[str, TensorInfo]) -> list
     return []
 
 
+def _tokenizer_json(path: Path) -> tuple[Any, str | None]:
+    """A tokenizer file's JSON, or the one line saying why it cannot be used."""
+    try:
+        return json.loads(path.read_bytes().decode("utf-8")), None
+    except OSError as e:
+        return None, f"{path}: cannot be read ({e.strerror})"
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        damaged = "the tokenizer is damaged (copy it again from the original model)"
+        return None, f"{path}: not valid JSON; {damaged}"
+
+
 def tokenizer_problems(path: Path) -> list[str]:
     """A tokenizer that would load: tokenizer.json is one the `tokenizers` library builds (or, without that
     library, JSON with a model), or a vocabulary is there; tokenizer_config.json, when present, is a JSON
     object."""
     tc = path / "tokenizer_config.json"
     if tc.is_file():
-        try:
-            cfg = json.loads(tc.read_bytes().decode("utf-8"))
-        except OSError as e:
-            return [f"{tc}: cannot be read ({e.strerror})"]
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-            return [f"{tc}: not valid JSON; the tokenizer is damaged (copy it again from the original model)"]
+        cfg, problem = _tokenizer_json(tc)
+        if problem:
+            return [problem]
         if not isinstance(cfg, dict):
             return [
                 f"{tc}: not a JSON object; the tokenizer is damaged (copy it again from the original model)"
             ]
     tj = path / "tokenizer.json"
     if tj.is_file():
-        try:
-            data = json.loads(tj.read_bytes().decode("utf-8"))
-        except OSError as e:
-            return [f"{tj}: cannot be read ({e.strerror})"]
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-            return [f"{tj}: not valid JSON; the tokenizer is damaged (copy it again from the original model)"]
+        data, problem = _tokenizer_json(tj)
+        if problem:
+            return [problem]
         if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
             return [f"{tj}: has no tokenizer model; copy it again from the original model"]
         return _tokenizer_builds(tj)
