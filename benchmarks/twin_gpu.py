@@ -1,38 +1,41 @@
-"""Scale twins on one GPU (written for an H200, one run of about 7 minutes): `specq plan` for a 24 GB card
-against the NVML peak of a Qwen3.5-27B-AWQ twin, and the speculative step-cost curve on twins of several
-sizes, all through specq's own commands. Needs LMDeploy 0.18 (PyTorch engine) and FlashAttention-3 installed
-by the caller (`specq fa3 build`; the 27B twin's head dim is 256, the curve twins' 128).
+"""Scale twins on one GPU (written for an H200): `specq plan` for a 24 GB card against the NVML peak of a
+Qwen3.5-27B-AWQ twin with its MTP layer and with a 5-layer DFlash drafter, and the speculative step-cost curve
+on twins from 0.45 B parameters to the 27B-AWQ, all through specq's own commands. Needs LMDeploy 0.18
+(PyTorch engine, with tilelang and flash-linear-attention for Qwen3.5) and FlashAttention-3 installed by the
+caller (`specq fa3 build`; bf16 head dims 256 for the 27B, 128 for the Qwen3 twins).
 
-    python benchmarks/twin_gpu.py --out /tmp/twin-gpu --report-dir "$OUT" [--budget 420] [--gpu-memory 24GiB]
-        [--session-len 8192] [--mtp-tokens 3] [--curve-sizes 1.7b,8b] [--curve-k 7,15]
-        [--steps twin27,memory,curve,dflash27]
+    python benchmarks/twin_gpu.py --out /tmp/twin-gpu --report-dir "$OUT" [--budget 1500] [--gpu-memory 24GiB]
+        [--session-len 8192] [--mtp-tokens 3] [--dflash-tokens 7] [--waves '27b:0,1,3,7,15;...']
+        [--steps twins,memory-mtp,memory-dflash,curve]
 
---out holds the twins (about 40 GB with the default sizes: keep it off a directory whose files are fetched);
+--out holds the twins (about 45 GB with the default waves: keep it off a directory whose files are fetched);
 --report-dir receives only the small files (summary, tables, each step's stdout and stderr, bench reports).
 
 Steps, in order; each is recorded in OUT/summary.json (exit code, seconds, stderr tail) as it ends, and a step
 is skipped when less of the budget is left than it needs (summary.json then says so):
-- twin27: `specq twin tests/fixtures/twin/qwen3_5-27b-config.json --quant awq --drafter mtp --drafter dflash
-  --draft-layers 5 --device cuda` (about 19.5 GB written).
-- memory: `specq plan TWIN --gpu-memory 24GiB --draft-tokens K --session-len S` (K: `--mtp-tokens`, the MTP
-  layer drafts) gives the 24 GB card's KV cache; `specq plan TWIN` on this GPU gives the memory free after
-  weights here; their ratio is the `--cache-max-entry-count` that leaves the 24 GB card's KV cache on this
-  GPU (the memory fraction that emulates 24 GB). `specq plan` at that ratio, then `specq bench TWIN --method
-  qwen3_5_mtp --draft-tokens K` with the same ratio, session length and prefill chunk, and the NVML peak of
-  each run (baseline and K) against the plan's peak. specq refuses a quantized Qwen3.5 on the PyTorch engine
-  (engines/qwen35.py: AWQ runs in fp16, the Gated DeltaNet state in bf16): the refusal is recorded and the
-  baseline is measured on TurboMind instead (`--backend turbomind --draft-tokens 0`) against its plan.
-- curve: per size, a bf16 Qwen3 twin (real layer shapes of Qwen3-1.7B / 8B ..., a 2048-token vocabulary so
-  the step is the layers') with a random 5-layer DFlash drafter (τ ≈ 1, so a run's decode rate isolates the
-  step cost), `specq bench --method dflash --draft-tokens 0,K...` (4 requests × 128 tokens, 1 trial); each
-  run's step cost (τ ÷ decode-rate speedup) is a point.
-- dflash27: the 27B twin with its DFlash drafter, the point of the curve at the 27B-AWQ's bytes (refused like
-  the MTP bench while specq refuses AWQ Qwen3.5 on the PyTorch engine).
+- twins: `specq twin tests/fixtures/twin/qwen3_5-27b-config.json --quant awq --drafter mtp --drafter dflash
+  --draft-layers 5 --device cuda` (19.5 GB written), and a bf16 Qwen3 twin with a 5-layer DFlash drafter for
+  every other size the waves name (real layer shapes of Qwen3-0.6B / 1.7B / 8B ..., a 2048-token vocabulary).
+- memory-mtp, memory-dflash (each server alone on the GPU: the NVML peak is the device's): `specq plan TWIN
+  --gpu-memory 24GiB --draft-tokens K --session-len S` gives the 24 GB card's KV cache; `specq plan TWIN` on
+  this GPU the memory free after weights here; their ratio is the `--cache-max-entry-count` that leaves the
+  24 GB card's KV cache on this GPU (the memory fraction that emulates 24 GB). `specq plan` at that ratio,
+  then `specq bench TWIN --method qwen3_5_mtp --draft-tokens K` (or `--method dflash --draft-model
+  TWIN/dflash`) at the same ratio, session length and prefill chunk, with no baseline run, and the NVML peak
+  of the run against the plan's peak.
+- curve: waves of servers. A wave `SIZE:K,K,...[+SIZE:K,...]` starts one `specq serve --detach` per (size, k)
+  at once (k = 0: plain decoding; k > 0: the twin's random 5-layer DFlash drafter, so τ ≈ 1 and a run's decode
+  rate isolates the step cost), each with `--cache-max-entry-count 0.01`, then measures them one after the
+  other with `specq bench --url` (4 requests × 128 tokens, warm-up to steady state, 1 trial) while the others
+  sit idle, and stops them; the last server of the wave's first size is measured once more after the others
+  have stopped (how much the idle servers cost it). Starting servers together saves their start-up (one to two
+  minutes each), which is most of a sequential sweep's time. A point's step cost is τ ÷ (its decode rate ÷
+  its size's k = 0 decode rate), the servers' own counters where both runs have them (as `specq bench`).
 
 Outputs: OUT/summary.json (every step, and `results`: plan vs NVML, the curve), OUT/step_cost_curve.json (the
 measured curve in `specq.pipeline.speedup.StepCostCurve` form: `SPECQ_STEP_COST_CURVE=FILE` makes bench and
 draft eval predict with it; or paste its points into `STEP_COST_CURVE`), OUT/twin_gpu.md (the tables). Exit 0
-when every step that ran succeeded (a recorded refusal followed by its fallback counts as success)."""
+when every step that ran succeeded."""
 
 from __future__ import annotations
 
@@ -52,7 +55,10 @@ from gpu_check import budgeted_step, specq  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "twin" / "qwen3_5-27b-config.json"
-STEPS = ("twin27", "memory", "curve", "dflash27")
+STEPS = ("twins", "memory-mtp", "memory-dflash", "curve")
+WAVES = "27b:0,1,3,7,15;1.7b:0,1,2,3,5,7,10,15+8b:0,1,3,7,15+0.6b:0,3,7,15"
+WAVE_PORT = 24100
+WAVE_CACHE = "0.01"
 
 # Qwen3 layer shapes (hidden, layers, heads, kv heads, intermediate) of the public configs; head dim 128
 QWEN3_SHAPES = {
@@ -130,6 +136,66 @@ def curve_points(label: str, weight_bytes: int, report: dict[str, Any]) -> list[
     return out
 
 
+def parse_waves(text: str) -> list[list[tuple[str, list[int]]]]:
+    """`27b:0,1,3;1.7b:0,7+8b:0,7` -> [[("27b", [0, 1, 3])], [("1.7b", [0, 7]), ("8b", [0, 7])]]: waves split
+    by `;`, the sizes of one wave by `+`, each size with the draft-token counts of its servers."""
+    waves = []
+    for wave in filter(None, (w.strip() for w in text.split(";"))):
+        sizes = []
+        for part in wave.split("+"):
+            size, _, ks = part.strip().partition(":")
+            values = sorted({int(k) for k in ks.split(",") if k.strip()})
+            if size != "27b" and size not in QWEN3_SHAPES:
+                raise ValueError(f"unknown size {size!r} (27b or one of {', '.join(QWEN3_SHAPES)})")
+            if not values or values[0] < 0 or values[-1] > 15:
+                raise ValueError(f"{part!r}: give draft-token counts 0..15")
+            sizes.append((size, values))
+        waves.append(sizes)
+    return waves
+
+
+def wave_points(label: str, weight_bytes: int, reports: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The step-cost points of one size's wave reports (`specq bench --url` JSON by k): each k > 0 run
+    against the k = 0 run of the same size, computed by specq's own `step_cost` (servers' decode rates when
+    both have them, else the clients'; τ from the server's counters)."""
+    from specq.pipeline.bench.analysis import step_cost
+    from specq.pipeline.report.models import Run
+
+    def run_of(report: dict[str, Any]) -> Run | None:
+        runs = report.get("runs") or []
+        return Run.model_validate(runs[0]) if runs and runs[0].get("status") == "ok" else None
+
+    base = run_of(reports[0]) if 0 in reports else None
+    out: list[dict[str, Any]] = []
+    if base is None:
+        return out
+    for k in sorted(k for k in reports if k > 0):
+        run = run_of(reports[k])
+        if run is None:
+            continue
+        step_cost(base, run)
+        if run.step_cost_ratio:
+            tau = run.acceptance.acceptance_length if run.acceptance else None
+            out.append(
+                {"label": label, "weight_bytes": weight_bytes, "k": k, "cost": round(run.step_cost_ratio, 4),
+                 "tau": round(tau, 4) if tau else None, "decode_speedup": round(run.decode_speedup or 0, 4),
+                 "source": run.step_cost_source}
+            )  # fmt: skip
+    return out
+
+
+def decode_rate(report: dict[str, Any] | None) -> float | None:
+    """A `--url` report's decode rate as `step_cost` takes it (the server's, else the client's)."""
+    from specq.pipeline.bench.analysis import client_decode_rate, server_trial_rate
+    from specq.pipeline.report.models import Run
+
+    runs = (report or {}).get("runs") or []
+    if not runs:
+        return None
+    run = Run.model_validate(runs[0])
+    return server_trial_rate(run) or client_decode_rate(run.requests)
+
+
 def curve_document(points: list[dict[str, Any]], hardware: str, commit: str) -> dict[str, Any]:
     return {
         "curve": {
@@ -138,8 +204,12 @@ def curve_document(points: list[dict[str, Any]], hardware: str, commit: str) -> 
             "date": dt.date.today().isoformat(),
             "commit": commit,
             "method": "dflash",
-            "note": "benchmarks/twin_gpu.py: random-weight twins, random 5-layer DFlash drafter (τ ≈ 1)",
-            "points": points,
+            "note": "benchmarks/twin_gpu.py: random-weight twins, random 5-layer DFlash drafter (τ ≈ 1), "
+            "servers of a wave started together and measured one at a time",
+            "points": [
+                {key: p[key] for key in ("label", "params", "weight_bytes", "k", "cost") if p.get(key)}
+                for p in points
+            ],
         }
     }
 
@@ -177,13 +247,26 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [
             "## Step cost (speculative step ÷ plain step)",
             "",
-            "| twin | weight GB | k | step cost |",
-            "|---|---|---|---|",
+            "| twin | weight GB | plain decode tok/s | k | τ | decode-rate speedup | step cost |",
+            "|---|---|---|---|---|---|---|",
         ]
+
+        def num(v: Any, f: str) -> str:
+            return format(v, f) if isinstance(v, (int, float)) else "–"
+
         lines += [
-            f"| {p['label']} | {p['weight_bytes'] / 1e9:.2f} | {p['k']} | {p['cost']:.2f} |" for p in pts
+            f"| {p['label']} | {p['weight_bytes'] / 1e9:.2f} | {num(p.get('base_decode_rate'), '.1f')} | "
+            f"{p['k']} | {num(p.get('tau'), '.3f')} | {num(p.get('decode_speedup'), '.3f')} | "
+            f"{p['cost']:.2f} |"
+            for p in pts
         ]
         lines.append("")
+    for w in results.get("waves") or []:
+        lines.append(
+            f"Wave {w['wave']}: {w['servers']} servers started together in {w['start_s']} s; {w['check']} "
+            f"decoded at {w.get('decode_rate_with_others')} tok/s beside the idle others, "
+            f"{w.get('decode_rate_alone')} tok/s alone."
+        )
     return "\n".join(lines)
 
 
@@ -210,15 +293,16 @@ def _commit() -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("twin-gpu"))
-    ap.add_argument("--budget", type=float, default=420.0, help="seconds for the whole run")
+    ap.add_argument("--budget", type=float, default=1500.0, help="seconds for the whole run")
     ap.add_argument("--steps", default=",".join(STEPS))
     ap.add_argument("--config", type=Path, default=FIXTURE, help="the 27B config.json")
     ap.add_argument("--gpu-memory", default="24GiB", help="the card to emulate")
     ap.add_argument("--session-len", default="8192")
     ap.add_argument("--mtp-tokens", default="3")
     ap.add_argument("--dflash-tokens", default="7")
-    ap.add_argument("--curve-sizes", default="1.7b,8b", help=f"of {', '.join(QWEN3_SHAPES)}")
-    ap.add_argument("--curve-k", default="7,15")
+    ap.add_argument("--waves", default=WAVES, help="SIZE:K,K[+SIZE:K,...][;...] (27b or a Qwen3 size)")
+    ap.add_argument("--device", default="cuda", help="where the twins are generated")
+    ap.add_argument("--engine", default="lmdeploy", help="the waves' engine (embedded: a CPU check)")
     ap.add_argument(
         "--report-dir", type=Path, help="also copy the summary, tables and step outputs here (e.g. $OUT)"
     )
@@ -226,6 +310,7 @@ def main() -> int:
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     steps = args.steps.split(",")
+    waves = parse_waves(args.waves)
     deadline = time.monotonic() + args.budget
     log: list[dict[str, Any]] = []
     results: dict[str, Any] = {
@@ -235,11 +320,15 @@ def main() -> int:
         "budget_s": args.budget,
         "memory": {},
         "curve": [],
+        "waves": [],
     }
 
     def save() -> None:
         (out / "summary.json").write_text(json.dumps({"steps": log, "results": results}, indent=1))
         (out / "twin_gpu.md").write_text(markdown(results))
+        if results["curve"]:
+            doc = curve_document(results["curve"], results["hardware"], results["commit"])
+            (out / "step_cost_curve.json").write_text(json.dumps(doc, indent=1))
         if args.report_dir:  # the small files only: the twins (tens of GB) stay in --out
             args.report_dir.mkdir(parents=True, exist_ok=True)
             for f in out.iterdir():
@@ -261,40 +350,34 @@ def main() -> int:
             return None
 
     bench_common = ["--requests", "4", "--max-tokens", "128", "--trials", "1", "--ignore-eos", "--json"]
-
-    def bench(model: Path, name: str, *flags: str) -> list[str]:
-        return specq(
-            "bench", str(model), "--engine", "lmdeploy", *flags, *bench_common, "--out", str(out / name)
-        )
-
-    def dflash_bench(twin_dir: Path, name: str, ks: str) -> list[str]:
-        flags = ("--backend", "pytorch", "--method", "dflash", "--draft-tokens", ks)
-        return bench(twin_dir / "target", name, "--draft-model", str(twin_dir / "dflash"), *flags)
-
     twin27 = out / "twin27-awq"
+
+    def twin_dir(size: str) -> Path:
+        return twin27 if size == "27b" else out / f"twin-qwen3-{size}"
+
     save()
-    if "twin27" in steps and not twin27.exists():
-        flags = "--quant awq --drafter mtp --drafter dflash --draft-layers 5 --device cuda --json".split()
-        step("twin27", specq("twin", str(args.config), "--out", str(twin27), *flags), 240, 60)
+    if "twins" in steps:
+        if not twin27.exists():
+            flags = "--quant awq --drafter mtp --drafter dflash --draft-layers 5 --json".split()
+            flags += ["--device", args.device]
+            step("twin27", specq("twin", str(args.config), "--out", str(twin27), *flags), 300, 60)
+        for size in dict.fromkeys(s for wave in waves for s, _ in wave if s != "27b"):
+            src = out / f"qwen3-{size}-config.json"
+            src.write_text(json.dumps(qwen3_config(size), indent=1))
+            if not twin_dir(size).exists():
+                flags = ["--drafter", "dflash", "--draft-layers", "5", "--device", args.device, "--json"]
+                step(f"twin-{size}", specq("twin", str(src), "--out", str(twin_dir(size)), *flags), 180, 30)
     target = twin27 / "target"
 
-    def memory(name: str, k: str, extra: list[str], env_extra: dict[str, str]) -> int | None:
-        """plan for the card, plan here, the emulated ratio, plan at it (k = 0 and K), the bench, NVML vs
-        plan. `plan` takes the method and backend from the environment (it has no flags for them)."""
-        penv = dict(os.environ, **env_extra)
-        common = ["--engine", "lmdeploy", "--session-len", args.session_len]
-        card_cmd = specq(
-            "plan", str(target), "--gpu-memory", args.gpu_memory, *common, "--draft-tokens", k, "--json"
-        )
+    def memory(name: str, k: str, method: str, drafter: list[str]) -> int | None:
+        """plan for the card, plan here, the emulated ratio, plan at it, the bench (k only, no baseline),
+        NVML vs plan. `plan` takes the method and backend from the environment (it has no flags for them)."""
+        penv = dict(os.environ, SPECQ_SPECULATIVE__METHOD=method, SPECQ_ENGINE__BACKEND="pytorch")
+        common = ["--engine", "lmdeploy", "--session-len", args.session_len, *drafter, "--draft-tokens", k]
+        card_cmd = specq("plan", str(target), "--gpu-memory", args.gpu_memory, *common, "--json")
         if step(f"plan-{name}-card", card_cmd, 60, 20, penv)["exit"] != 0:
             return None
-        step(
-            f"plan-{name}-here",
-            specq("plan", str(target), *common, "--draft-tokens", k, "--json"),
-            60,
-            20,
-            penv,
-        )
+        step(f"plan-{name}-here", specq("plan", str(target), *common, "--json"), 60, 20, penv)
         card, here = read(f"plan-{name}-card") or {}, read(f"plan-{name}-here") or {}
         ratio = emulated_ratio(card, here)
         entry = results["memory"][name] = {
@@ -305,84 +388,138 @@ def main() -> int:
         }
         if ratio is None:
             return None
-        plans: dict[int, dict[str, Any]] = {}
-        for kk in sorted({0, int(k)}):
-            cmd = specq(
-                "plan",
-                str(target),
-                *common,
-                "--draft-tokens",
-                str(kk),
-                "--cache-max-entry-count",
-                str(ratio),
-                "--json",
-            )
-            step(f"plan-{name}-emulated-k{kk}", cmd, 60, 20, penv)
-            plans[kk] = read(f"plan-{name}-emulated-k{kk}") or {}
+        cmd = specq("plan", str(target), *common, "--cache-max-entry-count", str(ratio), "--json")
+        step(f"plan-{name}-emulated", cmd, 60, 20, penv)
+        plan = read(f"plan-{name}-emulated") or {}
         env = dict(
-            penv, SPECQ_ENGINE__CACHE_MAX_ENTRY_COUNT=str(ratio), SPECQ_ENGINE__SESSION_LEN=args.session_len
-        )
-        if plans[int(k)].get("max_prefill_token_num"):
-            env["SPECQ_ENGINE__MAX_PREFILL_TOKEN_NUM"] = str(plans[int(k)]["max_prefill_token_num"])
-        res = step(
-            f"bench-{name}", bench(target, f"bench-{name}", "--draft-tokens", k, *extra), 300, 120, env
-        )
+            penv, SPECQ_ENGINE__CACHE_MAX_ENTRY_COUNT=str(ratio), SPECQ_ENGINE__SESSION_LEN=args.session_len,
+            SPECQ_BENCH__BASELINE="false",
+        )  # fmt: skip
+        if plan.get("max_prefill_token_num"):
+            env["SPECQ_ENGINE__MAX_PREFILL_TOKEN_NUM"] = str(plan["max_prefill_token_num"])
+        flags = ["--backend", "pytorch", "--method", method, *drafter, "--draft-tokens", k]
+        cmd = specq("bench", str(target), "--engine", "lmdeploy", *flags, *bench_common, "--out",
+                    str(out / f"bench-{name}"))  # fmt: skip
+        res = step(f"bench-{name}", cmd, 420, 200, env)
         report = read(f"bench-{name}")
         if report:
-            entry["rows"] = [row for kk, plan in plans.items() for row in peaks_vs_plan(plan, report, kk)]
-            entry["emulated_plan_peak_bytes"] = {kk: plan.get("peak_bytes") for kk, plan in plans.items()}
+            entry["rows"] = peaks_vs_plan(plan, report, int(k))
+            entry["emulated_plan_peak_bytes"] = plan.get("peak_bytes")
             save()
         return res["exit"]
 
-    refused = False  # specq refuses the AWQ Qwen3.5 twin on the PyTorch engine (engines/qwen35.py)
-    if "memory" in steps and target.exists():
-        mtp_env = {"SPECQ_SPECULATIVE__METHOD": "qwen3_5_mtp", "SPECQ_ENGINE__BACKEND": "pytorch"}
-        flags = ["--backend", "pytorch", "--method", "qwen3_5_mtp"]
-        code = memory("27b-awq-mtp", args.mtp_tokens, flags, mtp_env)
-        if code == 2:  # refused up front (quantized Qwen3.5, PyTorch engine): TurboMind's baseline instead
-            log[-1]["refused_then_fallback"] = refused = True
-            tm_env = {"SPECQ_ENGINE__BACKEND": "turbomind"}
-            memory("27b-awq-turbomind", "0", ["--backend", "turbomind"], tm_env)
+    if "memory-mtp" in steps and target.exists():
+        memory("27b-awq-mtp", args.mtp_tokens, "qwen3_5_mtp", [])
+    if "memory-dflash" in steps and target.exists():
+        memory("27b-awq-dflash", args.dflash_tokens, "dflash", ["--draft-model", str(twin27 / "dflash")])
     if "curve" in steps:
-        for size in args.curve_sizes.split(","):
-            if size not in QWEN3_SHAPES:
-                log.append({"step": f"curve-{size}", "exit": 2, "skipped": f"unknown size {size}"})
-                continue
-            src = out / f"qwen3-{size}-config.json"
-            src.write_text(json.dumps(qwen3_config(size), indent=1))
-            twin = out / f"twin-qwen3-{size}"
-            if not twin.exists():
-                flags = ("--drafter", "dflash", "--draft-layers", "5", "--device", "cuda", "--json")
-                built = step(f"twin-{size}", specq("twin", str(src), "--out", str(twin), *flags), 120, 150)
-                if built["exit"] != 0:
-                    continue
-            info = json.loads((twin / "twin_report.json").read_text())
-            res = step(f"curve-{size}", dflash_bench(twin, f"bench-curve-{size}", args.curve_k), 300, 120)
-            report = read(f"curve-{size}")
-            if report:
-                label = f"Qwen3-{size} layers bf16 ({info['target']['params'] / 1e9:.2f} B)"
-                results["curve"] += curve_points(label, int(info["target"]["weight_bytes"]), report)
-                res["points"] = len(results["curve"])
-                save()
-    if "dflash27" in steps and target.exists() and refused:
-        why = "specq refused the AWQ Qwen3.5 twin on the PyTorch engine in the memory step"
-        log.append({"step": "curve-27b-awq", "exit": None, "skipped": why})
-    elif "dflash27" in steps and target.exists():
-        info = json.loads((twin27 / "twin_report.json").read_text())
-        step("curve-27b-awq", dflash_bench(twin27, "bench-curve-27b", args.dflash_tokens), 300, 150)
-        report = read("curve-27b-awq")
-        if report:
-            results["curve"] += curve_points(
-                "Qwen3.5-27B AWQ twin", int(info["target"]["weight_bytes"]), report
-            )
-    if results["curve"]:
-        doc = curve_document(results["curve"], results["hardware"], results["commit"])
-        (out / "step_cost_curve.json").write_text(json.dumps(doc, indent=1))
+        for n, wave in enumerate(waves):
+            run_wave(n, wave, twin_dir, out, deadline, log, results, save, args.engine)
     save()
     print((out / "twin_gpu.md").read_text(), flush=True)
     ran = [r for r in log if r.get("exit") is not None]
-    failed = [r for r in ran if r["exit"] != 0 and not r.get("refused_then_fallback")]
+    failed = [r for r in ran if r["exit"] != 0]
     return 0 if ran and not failed else 1
+
+
+def run_wave(
+    n: int, wave: list[tuple[str, list[int]]], twin_dir: Any, out: Path, deadline: float,
+    log: list[dict[str, Any]], results: dict[str, Any], save: Any, engine: str = "lmdeploy",
+) -> None:  # fmt: skip
+    """Start every server of the wave at once (`specq serve --detach`), bench them one by one with `specq
+    bench --url`, measure the first size's last server again alone, stop them all, and add the points."""
+    servers: list[dict[str, Any]] = []
+    for size, ks in wave:
+        d = twin_dir(size)
+        if not (d / "target").exists():
+            log.append({"step": f"wave{n}-{size}", "exit": None, "skipped": f"no twin in {d}"})
+            continue
+        for k in ks:
+            port = WAVE_PORT + len(servers) + 20 * n
+            flags = ["--draft-model", str(d / "dflash"), "--method", "dflash"] if k else []
+            cmd = specq(
+                "serve", str(d / "target"), "--engine", engine,
+                *(["--backend", "pytorch"] if engine == "lmdeploy" else []), *flags,
+                "--draft-tokens", str(k), "--port", str(port), "--cache-max-entry-count", WAVE_CACHE,
+                "--session-len", "4096", "--run-dir", str(out / f"serve-w{n}-{size}-k{k}"), "--detach",
+                "--json",
+            )  # fmt: skip
+            servers.append({"size": size, "k": k, "port": port, "cmd": cmd, "dir": d})
+    if not servers:
+        return
+    left = deadline - time.monotonic()
+    need = 150 + 25 * len(servers)
+    if left < need:
+        log.append({"step": f"wave{n}", "exit": None, "skipped": f"{left:.0f} s left < {need} s"})
+        save()
+        return
+    t0 = time.monotonic()
+    print(f"== wave{n}: starting {len(servers)} servers", flush=True)
+    procs = []
+    for s in servers:
+        name = f"w{n}-serve-{s['size']}-k{s['k']}"
+        procs.append((s, name, subprocess.Popen(
+            s["cmd"], stdout=open(out / f"{name}.out", "w"), stderr=open(out / f"{name}.log", "w")
+        )))  # fmt: skip
+    start_timeout = min(600.0, deadline - time.monotonic() - 25 * len(servers))
+    for s, _name, p in procs:
+        try:
+            s["start_exit"] = p.wait(timeout=max(start_timeout - (time.monotonic() - t0), 1))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            s["start_exit"] = 124
+    started = round(time.monotonic() - t0, 1)
+    ok = all(s["start_exit"] == 0 for s in servers)
+    states = [(s["size"], s["k"], s["start_exit"]) for s in servers]
+    log.append({"step": f"wave{n}-start", "exit": 0 if ok else 1, "seconds": started, "servers": states})
+    save()
+    reports: dict[str, dict[int, dict[str, Any]]] = {}
+
+    def bench_url(s: dict[str, Any], name: str) -> dict[str, Any] | None:
+        cmd = specq(
+            "bench", "--url", f"http://127.0.0.1:{s['port']}", "--draft-tokens", str(s["k"]), "--tokenizer",
+            str(s["dir"] / "target"), "--requests", "4", "--max-tokens", "128", "--ignore-eos", "--json",
+            "--out", str(out / name),
+        )  # fmt: skip
+        res = budgeted_step(name, cmd, out, 180, deadline, 20, margin=5)
+        log.append(res)
+        save()
+        try:
+            return json.loads((out / f"{name}.out").read_text())
+        except (OSError, ValueError):
+            return None
+
+    for s in servers:
+        if s["start_exit"] != 0:
+            continue
+        report = bench_url(s, f"w{n}-bench-{s['size']}-k{s['k']}")
+        if report:
+            reports.setdefault(s["size"], {})[s["k"]] = report
+    first = [s for s in servers if s["size"] == servers[0]["size"] and s["start_exit"] == 0]
+    if first:  # the first size's last server once more, alone on the GPU
+        keep = first[-1]
+        for s in servers:
+            if s is not keep and s["start_exit"] == 0:
+                subprocess.run(specq("serve", "stop", "--port", str(s["port"])), capture_output=True)
+        alone = bench_url(keep, f"w{n}-bench-{keep['size']}-k{keep['k']}-alone")
+        before = reports.get(keep["size"], {}).get(keep["k"])
+        results["waves"].append({
+            "wave": n, "servers": len(servers), "start_s": started, "check": f"{keep['size']} k={keep['k']}",
+            "decode_rate_with_others": decode_rate(before), "decode_rate_alone": decode_rate(alone),
+        })  # fmt: skip
+    subprocess.run(specq("serve", "stop"), capture_output=True)
+    for size, by_k in reports.items():
+        info = json.loads((twin_dir(size) / "twin_report.json").read_text())
+        params = int(info["target"]["params"])
+        label = (
+            "Qwen3.5-27B AWQ twin" if size == "27b" else f"Qwen3-{size} layers bf16"
+        ) + f" ({params / 1e9:.2f} B)"
+        pts = wave_points(label, int(info["target"]["weight_bytes"]), by_k)
+        for pt in pts:
+            pt["params"] = params
+            pt["base_decode_rate"] = decode_rate(by_k.get(0))
+        results["curve"] += pts
+    save()
 
 
 if __name__ == "__main__":

@@ -10,10 +10,13 @@ from benchmarks.twin_gpu import (
     QWEN3_SHAPES,
     curve_document,
     curve_points,
+    decode_rate,
     emulated_ratio,
     markdown,
+    parse_waves,
     peaks_vs_plan,
     qwen3_config,
+    wave_points,
 )
 
 
@@ -64,3 +67,40 @@ def test_curve_twins_have_the_public_qwen3_layer_shapes(tmp_path):
         path.write_text(json.dumps(cfg))
         params = sum(t.numel for t in target_tensors(read_source(path), "bf16"))
         assert params == pytest.approx(expect, rel=0.01)
+
+
+def test_waves_name_their_sizes_and_draft_token_counts():
+    assert parse_waves("27b:0,3,1;1.7b:0,7+8b:7,0") == [
+        [("27b", [0, 1, 3])],
+        [("1.7b", [0, 7]), ("8b", [0, 7])],
+    ]
+    for bad in ("70b:0,3", "8b:0,16", "8b:"):
+        with pytest.raises(ValueError):
+            parse_waves(bad)
+
+
+def _url_report(k: int, server_rate: float, tau: float | None) -> dict:
+    """A `specq bench --url` report as the waves read it: one run, its trial's server decode rate, τ."""
+    from specq.pipeline.report.models import Acceptance, Consistency, Run, Trial
+
+    run = Run(
+        label="external", draft_tokens=k, concurrency=1, engine="external",
+        trials=[Trial(index=0, consistency=Consistency(tolerance=0.1,
+                                                       server_decode_tokens_per_s=server_rate))],
+        acceptance=Acceptance(source="lmdeploy:", drafts=100, draft_tokens=100 * k, accepted_tokens=0,
+                              acceptance_length=tau) if tau else None,
+    )  # fmt: skip
+    return {"runs": [run.model_dump(mode="json")]}
+
+
+def test_wave_points_are_tau_over_the_decode_rate_speedup_against_the_same_sizes_plain_server():
+    reports = {
+        0: _url_report(0, 200.0, None),
+        7: _url_report(7, 125.0, 1.0),
+        15: _url_report(15, 100.0, 1.25),
+    }
+    points = wave_points("twin", 14 * 10**9, reports)
+    assert [(p["k"], p["cost"]) for p in points] == [(7, 1.6), (15, 2.5)]
+    assert points[0]["source"] == "server" and points[1]["decode_speedup"] == 0.5
+    assert decode_rate(reports[0]) == 200.0
+    assert wave_points("twin", 1, {7: reports[7]}) == []  # no plain server of that size: no point
