@@ -27,7 +27,7 @@ is skipped when less of the budget is left than it needs (summary.json then says
   at once (k = 0: plain decoding; k > 0: the twin's random 5-layer DFlash drafter, so τ ≈ 1 and a run's decode
   rate isolates the step cost), each with `--cache-max-entry-count 0.01`, then measures them one after the
   other with `specq bench --url` (4 requests × 128 tokens, warm-up to steady state, 1 trial) while the others
-  sit idle, and stops them; the last server of the wave's first size is measured once more after the others
+  sit idle, and stops them; the largest k of the wave's last size is measured once more after the others
   have stopped (how much the idle servers cost it). Starting servers together saves their start-up (one to two
   minutes each), which is most of a sequential sweep's time. A point's step cost is τ ÷ (its decode rate ÷
   its size's k = 0 decode rate), the servers' own counters where both runs have them (as `specq bench`).
@@ -56,7 +56,7 @@ from gpu_check import budgeted_step, specq  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "twin" / "qwen3_5-27b-config.json"
 STEPS = ("twins", "memory-mtp", "memory-dflash", "curve")
-WAVES = "27b:0,1,3,7,15;1.7b:0,1,2,3,5,7,10,15+8b:0,1,3,7,15+0.6b:0,3,7,15"
+WAVES = "27b:0,1,3,7,15+1.7b:0,1,3,7,15;8b:0,1,3,7,15+0.6b:0,1,3,7,15"
 WAVE_PORT = 24100
 WAVE_CACHE = "0.01"
 
@@ -134,6 +134,21 @@ def curve_points(label: str, weight_bytes: int, report: dict[str, Any]) -> list[
         if k and cost and r.get("status") == "ok":
             out.append({"label": label, "weight_bytes": weight_bytes, "k": k, "cost": round(cost, 4)})
     return out
+
+
+def write_prompts(tokenizer_dir: Path, long_tokens: int, path: Path) -> int:
+    """Three short completion prompts and one of about `long_tokens` tokens of the twin's tokenizer (the
+    prefill budget, where LMDeploy's logits reserve and the activations peak); returns the long one's
+    length in tokens."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    words = " ".join(f"item{i} value{i % 97}" for i in range(long_tokens))
+    ids = tok(words, add_special_tokens=False)["input_ids"][:long_tokens]
+    long = tok.decode(ids)
+    rows = [{"prompt": f"def function_{i}(x):\n    return"} for i in range(3)] + [{"prompt": long}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return len(tok(long, add_special_tokens=False)["input_ids"])
 
 
 def parse_waves(text: str) -> list[list[tuple[str, list[int]]]]:
@@ -388,18 +403,22 @@ def main() -> int:
         }
         if ratio is None:
             return None
+        # the card's prefill budget: LMDeploy reserves logits for it and a prompt that long needs its
+        # activations, so the plan here and the server get the card's, and one prompt fills it
+        prefill = str(card.get("max_prefill_token_num") or 4096)
+        penv["SPECQ_PLAN__MAX_PREFILL_TOKEN_NUM"] = prefill
         cmd = specq("plan", str(target), *common, "--cache-max-entry-count", str(ratio), "--json")
         step(f"plan-{name}-emulated", cmd, 60, 20, penv)
         plan = read(f"plan-{name}-emulated") or {}
         env = dict(
             penv, SPECQ_ENGINE__CACHE_MAX_ENTRY_COUNT=str(ratio), SPECQ_ENGINE__SESSION_LEN=args.session_len,
-            SPECQ_BENCH__BASELINE="false",
+            SPECQ_BENCH__BASELINE="false", SPECQ_ENGINE__MAX_PREFILL_TOKEN_NUM=prefill,
         )  # fmt: skip
-        if plan.get("max_prefill_token_num"):
-            env["SPECQ_ENGINE__MAX_PREFILL_TOKEN_NUM"] = str(plan["max_prefill_token_num"])
+        prompts = out / f"prompts-{name}.jsonl"
+        entry["long_prompt_tokens"] = write_prompts(target, int(prefill) - 256, prompts)
         flags = ["--backend", "pytorch", "--method", method, *drafter, "--draft-tokens", k]
-        cmd = specq("bench", str(target), "--engine", "lmdeploy", *flags, *bench_common, "--out",
-                    str(out / f"bench-{name}"))  # fmt: skip
+        cmd = specq("bench", str(target), "--engine", "lmdeploy", *flags, *bench_common, "--prompts",
+                    str(prompts), "--mode", "completion", "--out", str(out / f"bench-{name}"))  # fmt: skip
         res = step(f"bench-{name}", cmd, 420, 200, env)
         report = read(f"bench-{name}")
         if report:
@@ -448,7 +467,7 @@ def run_wave(
     if not servers:
         return
     left = deadline - time.monotonic()
-    need = 150 + 25 * len(servers)
+    need = 150 + 25 * (len(servers) + 1)
     if left < need:
         log.append({"step": f"wave{n}", "exit": None, "skipped": f"{left:.0f} s left < {need} s"})
         save()
@@ -495,9 +514,9 @@ def run_wave(
         report = bench_url(s, f"w{n}-bench-{s['size']}-k{s['k']}")
         if report:
             reports.setdefault(s["size"], {})[s["k"]] = report
-    first = [s for s in servers if s["size"] == servers[0]["size"] and s["start_exit"] == 0]
-    if first:  # the first size's last server once more, alone on the GPU
-        keep = first[-1]
+    last = [s for s in servers if s["size"] == servers[-1]["size"] and s["start_exit"] == 0]
+    if last:  # the last size's largest k once more, alone on the GPU (put the most host-bound size last)
+        keep = last[-1]
         for s in servers:
             if s is not keep and s["start_exit"] == 0:
                 subprocess.run(specq("serve", "stop", "--port", str(s["port"])), capture_output=True)

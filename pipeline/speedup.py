@@ -130,20 +130,26 @@ class StepCostCurve(BaseModel):
         )
 
 
-# Measured on one NVIDIA H200 on 2026-12-02 at commit 7b45bbd with `specq bench` (4 requests × 128 tokens,
-# LMDeploy 0.18's PyTorch engine, CUDA graphs): random-weight Qwen3 targets at real shapes (toy tokenizer,
-# bf16) against a random 5-layer DFlash drafter, so τ = 1 and a speculative run's rate isolates the step cost
-# (baseline decode 208.2 tok/s at 6.96 B, 130.5 / 123.2 at k = 7 / 15; 319.8, 162.0 / 129.3 at 1.42 B). The
-# toy point is the small AWQ toy with a trained drafter at k = 15 (docs/verification.md, the
-# launch-option table). Replace these with the figures of `benchmarks/twin_gpu.py` when it is re-run.
+# Measured on one NVIDIA H200 on 2026-12-02 with `specq bench` (4 requests × 128 tokens, LMDeploy 0.18's
+# PyTorch engine, CUDA graphs) against random-weight twins at real shapes with a random 5-layer DFlash
+# drafter, so τ = 1 and a speculative run's decode rate isolates the step cost:
+# - at commit 7b45bbd, each server alone on the GPU: bf16 Qwen3 layers with the toy tokenizer (baseline
+#   decode 208.2 tok/s at 6.96 B, 130.5 / 123.2 at k = 7 / 15; 319.8, 162.0 / 129.3 at 1.42 B); the toy
+#   point is the small AWQ toy with a trained drafter at k = 15 (docs/verification.md, the launch options);
+# - at commit 3acbfe7 (`benchmarks/twin_gpu.py`, 20:09-20:20 UTC): the Qwen3.5-27B-AWQ twin (248,320-token
+#   vocabulary, the compatibility layer, bf16 activations), its servers started together with four others
+#   and measured one at a time: plain 45.6 tok/s, k = 3 / 7 / 15 at 39.9 / 38.1 / 33.5 tok/s, the GPU 94-96 %
+#   busy. The same wave's 1.42 B servers gave 2.65 / 2.58 at k = 7 / 15 against the alone figures' 1.97 /
+#   2.48 (GPU 34-54 % busy, so the idle servers' host load may count there): those stay out of the curve
+#   until a run measures them alone (docs/performance.md).
 STEP_COST_CURVE = StepCostCurve(
     hardware="NVIDIA H200",
     engine="LMDeploy 0.18 PyTorch engine, CUDA graphs",
     date="2026-12-02",
-    commit="7b45bbd",
+    commit="7b45bbd, 3acbfe7",
     method="dflash",
-    note="random-weight Qwen3 targets at real shapes (bf16) and a random 5-layer DFlash drafter (τ = 1); "
-    "the toy point: the small AWQ toy at k = 15",
+    note="random-weight twins at real shapes and a random 5-layer DFlash drafter (τ = 1): Qwen3 layers in "
+    "bf16 (7b45bbd), the Qwen3.5-27B-AWQ twin (3acbfe7); the toy point: the small AWQ toy at k = 15",
     points=[
         CurvePoint(label="toy (small, AWQ)", weight_bytes=4_000_000, k=15, cost=2.05),
         CurvePoint(
@@ -157,6 +163,12 @@ STEP_COST_CURVE = StepCostCurve(
         ),
         CurvePoint(
             label="Qwen3 6.96 B bf16", params=6_960_000_000, weight_bytes=13_920_000_000, k=15, cost=1.69
+        ),
+        *(
+            CurvePoint(
+                label="Qwen3.5-27B AWQ twin", params=27_781_427_952, weight_bytes=19_547_547_104, k=k, cost=c
+            )
+            for k, c in ((3, 1.1441), (7, 1.198), (15, 1.3633))
         ),
     ],
 )

@@ -104,3 +104,24 @@ def test_wave_points_are_tau_over_the_decode_rate_speedup_against_the_same_sizes
     assert points[0]["source"] == "server" and points[1]["decode_speedup"] == 0.5
     assert decode_rate(reports[0]) == 200.0
     assert wave_points("twin", 1, {7: reports[7]}) == []  # no plain server of that size: no point
+
+
+def test_the_memory_runs_long_prompt_fills_the_prefill_budget(tmp_path):
+    """One prompt of the card's prefill budget (less a margin) in the twin's own tokenizer, so the run
+    reaches the logits reserve and activations the plan counts; three short ones beside it."""
+    from benchmarks.twin_gpu import write_prompts
+    from specq.pipeline.twin.tokenizer import write_tokenizer
+
+    cfg = {
+        **qwen3_config("0.6b"),
+        "vocab_size": 512,
+        "eos_token_id": 500,
+        "pad_token_id": 500,
+        "bos_token_id": 500,
+    }
+    write_tokenizer(cfg, 512, tmp_path)
+    path = tmp_path / "prompts.jsonl"
+    n = write_prompts(tmp_path, 1000, path)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(rows) == 4 and all("prompt" in r for r in rows)
+    assert 950 <= n <= 1000

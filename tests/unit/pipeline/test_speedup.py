@@ -36,12 +36,15 @@ from specq.pipeline.speedup import STEP_COST_CURVE, CurvePoint, StepCostCurve, l
 
 def test_curve_holds_the_measured_figures_at_their_sizes() -> None:
     c = STEP_COST_CURVE
-    assert (c.date, c.commit, c.hardware) == ("2026-12-02", "7b45bbd", "NVIDIA H200")
+    assert (c.date, c.commit, c.hardware) == ("2026-12-02", "7b45bbd, 3acbfe7", "NVIDIA H200")
     small = c.at(2_840_000_000)  # the 1.42 B target: 1.97 at k = 7, 2.48 at k = 15
     assert small(7) == pytest.approx(1.97, abs=1e-3) and small(15) == pytest.approx(2.48, abs=1e-3)
     big = c.at(13_920_000_000)  # the 6.96 B target: 1.61 / 1.69
     assert big(7) == pytest.approx(1.61, abs=1e-3) and big(15) == pytest.approx(1.69, abs=1e-3)
     assert c.at(4_000_000)(15) == pytest.approx(2.05)
+    awq27 = c.at(19_547_547_104)  # the Qwen3.5-27B-AWQ twin: 1.14 / 1.20 / 1.36 at k = 3 / 7 / 15, a line fit
+    assert awq27(3) == pytest.approx(1.14, abs=0.02) and awq27(15) == pytest.approx(1.36, abs=0.02)
+    assert awq27.per_token == pytest.approx(0.0184, abs=1e-3)
 
 
 def test_curve_interpolates_in_log_bytes_and_holds_at_the_ends() -> None:
@@ -50,8 +53,9 @@ def test_curve_interpolates_in_log_bytes_and_holds_at_the_ends() -> None:
     mid = c.at(int((2_840_000_000 * 13_920_000_000) ** 0.5))  # halfway in log(bytes)
     assert mid(15) == pytest.approx((lo(15) + hi(15)) / 2, abs=2e-3)
     assert hi(15) < c.at(8_000_000_000)(15) < lo(15)
-    assert c.at(60_000_000_000) == hi  # a 27B in bf16: the largest measured size, no extrapolation
-    assert c.at(None) == hi
+    top = c.at(19_547_547_104)
+    assert c.at(60_000_000_000) == top  # a 27B in bf16: the largest measured size, no extrapolation
+    assert c.at(None) == top
     assert "held at the largest measured size" in c.describe(60_000_000_000)
 
 
