@@ -13,7 +13,8 @@ from ._options import ConfigOpt, JsonOpt, OutOpt
 draft_app = typer.Typer(help="Train and evaluate a DFlash drafter for a target.", no_args_is_help=True)
 
 TargetArg = Annotated[
-    Path, typer.Argument(help="The target: a Qwen3-family model directory (bf16, or GPTQ/AWQ for eval).")
+    Path,
+    typer.Argument(help="The target: a Qwen3-family or Llama model directory (bf16, or GPTQ/AWQ for eval)."),
 ]
 
 

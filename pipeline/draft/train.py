@@ -24,19 +24,33 @@ if TYPE_CHECKING:
     from .data import Target, Texts
 
 
+# Target families the trainer reads (transformers' hidden states, embeddings and lm_head: any decoder whose
+# hidden size the drafter's heads tile). LMDeploy 0.18 serves the result only beside a Qwen3-family target
+# (engines/speculation.py refuses the rest there); a Llama target's drafter is scored by `specq draft eval`.
+TRAIN_FAMILIES = ("qwen3", "llama")
+SERVED_FAMILIES = ("qwen3",)
+
+
+def target_family(target: Checkpoint) -> str:
+    return str(target.text_config.get("model_type") or target.config.get("model_type") or "")
+
+
 def check_target(target: Checkpoint, cfg: DraftSection) -> list[int]:
     """Refuse what cannot work before any heavy work; return the target layers the drafter will read."""
     tc = target.text_config
-    family = str(tc.get("model_type") or target.config.get("model_type") or "")
-    if not family.startswith("qwen3"):
+    family = target_family(target)
+    if not family.startswith(TRAIN_FAMILIES):
         arch = (target.architectures or [family or "unknown"])[0]
         raise InputError(
-            f"{target.path}: a {arch} target (model_type {family or 'unset'}); DFlash drafters are for"
-            " Qwen3-family targets (LMDeploy's qwen3_dflash), pass a Qwen3 target"
+            f"{target.path}: a {arch} target (model_type {family or 'unset'}); DFlash drafters are trained"
+            " for Qwen3-family targets (LMDeploy's qwen3_dflash) and Llama targets (offline evaluation only),"
+            " pass one of those"
         )
     for f in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"):
         if not isinstance(tc.get(f), int):
-            raise InputError(f"{target.path}: config.json lacks '{f}'; a Qwen3-family target is needed")
+            raise InputError(
+                f"{target.path}: config.json lacks '{f}'; a Qwen3-family or Llama target is needed"
+            )
     layers = int(tc["num_hidden_layers"])
     ids = list(cfg.target_layer_ids) if cfg.target_layer_ids else None
     if ids is None:
@@ -138,6 +152,12 @@ def _prepare(
     t_start = time.perf_counter()
     target_ckpt = Checkpoint(target_path)
     layer_ids = check_target(target_ckpt, cfg)
+    if not target_family(target_ckpt).startswith(SERVED_FAMILIES):
+        progress(
+            f"a {target_family(target_ckpt)} target: LMDeploy 0.18 serves DFlash drafters only beside"
+            " Qwen3-family targets and the embedded engine speculates only with plain draft models, so this"
+            " drafter is for offline evaluation (specq draft eval)"
+        )
     if out.exists():
         raise InputError(f"{out} already exists; choose another --out or remove it")
     validate_checkpoint(target_ckpt, role="target")

@@ -114,7 +114,22 @@ def check_draft(
     t_vocab, d_vocab = _vocab(target), _vocab(draft)
     if t_vocab is not None and d_vocab is not None and t_vocab != d_vocab:
         problems.append(f"vocabulary sizes differ: target {t_vocab}, draft {d_vocab}")
+    if method == "dflash" and engine == "lmdeploy":
+        problems += _dflash_target_problems(target)
     return problems + _PAIR_CHECKS[method](target, draft, draft_tokens)
+
+
+def _dflash_target_problems(target: Checkpoint) -> list[str]:
+    """LMDeploy 0.18's DFlash is `qwen3_dflash`: specq serves it beside Qwen3-family targets only (a Llama
+    target's drafter, which `specq draft train` also writes, is for offline evaluation)."""
+    family = str(target.text_config.get("model_type") or target.config.get("model_type") or "")
+    if family.startswith("qwen3"):
+        return []
+    arch = (target.architectures or [family or "unknown"])[0]
+    return [
+        f"{target.path}: a {arch} target; specq serves DFlash drafters on LMDeploy 0.18 only beside"
+        " Qwen3-family targets (qwen3_dflash); score this drafter offline with specq draft eval TARGET DRAFT"
+    ]
 
 
 def _method_problems(method: str, draft_tokens: int, engine: str) -> list[str]:

@@ -167,12 +167,15 @@ def check_group_size(ckpt: Checkpoint, group_size: int) -> None:
     if group_size <= 0:
         return
     text = ckpt.text_config
+    sizes = [s for s in (text.get("hidden_size"), text.get("intermediate_size")) if isinstance(s, int)]
     for key in ("hidden_size", "intermediate_size"):
         size = text.get(key)
         if isinstance(size, int) and size % group_size:
+            fits = [g for g in (256, 128, 64, 32, 16) if all(s % g == 0 for s in sizes)]
+            such = f"such as {', '.join(map(str, fits[:3]))}, " if fits else ""
             raise UsageError(
                 f"--group-size {group_size} does not divide the model's {key} {size}; choose a divisor "
-                "such as 128, 64 or 32, or -1 for whole rows"
+                f"{such}or -1 for whole rows"
             )
 
 

@@ -66,6 +66,8 @@ def quantize_text(r: QuantizeResult, width: int = 100) -> str:
                     f"(x{q.perplexity_ratio:.3f}, {q.heldout_tokens} held-out tokens)",
                 )
             )
+        if q.top1_agreement is not None:
+            rows.append(("top-1 agreement", f"{100 * q.top1_agreement:.2f} % of held-out positions"))
         if q.logits_cosine_mean is not None:
             rows.append(("logits cosine", f"mean {q.logits_cosine_mean:.4f}, min {q.logits_cosine_min:.4f}"))
     rows += [("warning", w) for w in r.warnings]

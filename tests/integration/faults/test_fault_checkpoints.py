@@ -212,9 +212,9 @@ def test_config_only_directory_plans(specq, toy_target):
 
 
 @pytest.mark.parametrize(
-    ("arch", "model_type"), [("LlamaForCausalLM", "llama"), ("MistralForCausalLM", "mistral")]
+    ("arch", "model_type"), [("MistralForCausalLM", "mistral"), ("GPT2LMHeadModel", "gpt2")]
 )
-def test_draft_train_refuses_a_non_qwen3_target(arch, model_type, specq, toy_target, tmp_path):
+def test_draft_train_refuses_a_target_it_cannot_read(arch, model_type, specq, toy_target, tmp_path):
     _config(toy_target, architectures=[arch], model_type=model_type)
     assert_one_line(specq("draft", "train", toy_target, "--out", tmp_path / "d"), 2, arch, "Qwen3-family")
     assert not (tmp_path / "d").exists()

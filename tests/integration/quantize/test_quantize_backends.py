@@ -115,6 +115,7 @@ def test_quality_is_bounded(quantized) -> None:
     assert q is not None and q.perplexity_ratio is not None and q.logits_cosine_mean is not None
     assert q.perplexity_ratio < 1.5, q
     assert q.logits_cosine_mean > 0.9, q
+    assert q.top1_agreement is not None and 0.5 < q.top1_agreement <= 1.0, q
 
 
 def test_reloads_and_generates(quantized) -> None:

@@ -57,3 +57,25 @@ def test_eval_refuses_a_non_dflash_checkpoint(cli, tmp_path: Path) -> None:
 def test_toy_build_offers_a_dflash_drafter(cli) -> None:
     code, out, _ = cli("toy", "build", "--help")
     assert code == 0 and "--drafter" in out and "dflash" in out
+
+
+@pytest.mark.parametrize(
+    ("arch", "model_type", "accepted"),
+    [("Qwen3ForCausalLM", "qwen3", True), ("LlamaForCausalLM", "llama", True),
+     ("MistralForCausalLM", "mistral", False), ("GPT2LMHeadModel", "gpt2", False)],
+)  # fmt: skip
+def test_trainable_target_families(arch: str, model_type: str, accepted: bool, tmp_path: Path) -> None:
+    """The trainer reads Qwen3-family and Llama targets (SmolLM2 is a Llama); others are refused."""
+    from specq.pipeline.checkpoint import Checkpoint
+    from specq.pipeline.config.models import DraftSection
+    from specq.pipeline.draft.train import check_target
+    from specq.pipeline.errors import InputError
+
+    d = _target(tmp_path / model_type, layers=30)
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, "architectures": [arch], "model_type": model_type}))
+    if accepted:
+        assert check_target(Checkpoint(d), DraftSection()) == [15]
+    else:
+        with pytest.raises(InputError, match=f"a {arch} target"):
+            check_target(Checkpoint(d), DraftSection())

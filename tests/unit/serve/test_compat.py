@@ -83,3 +83,15 @@ def test_method_engine_mismatch(
 ) -> None:
     problems = check_draft(Checkpoint(ckpts["target"]), Checkpoint(ckpts[draft]), method, 4, engine)
     assert any(needle in p for p in problems), problems
+
+
+def test_dflash_beside_a_llama_target_is_refused_on_lmdeploy_only(ckpts: dict[str, Path]) -> None:
+    """`specq draft train` writes DFlash drafters for Llama targets too (offline evaluation); LMDeploy 0.18's
+    DFlash is qwen3_dflash, so serving one there is refused, naming the target and what to do instead."""
+    t = Checkpoint(edit(ckpts["target"], architectures=["LlamaForCausalLM"], model_type="llama"))
+    problems = check_draft(t, Checkpoint(ckpts["dflash"]), "dflash", 5, "lmdeploy")
+    assert len(problems) == 1
+    assert "LlamaForCausalLM target" in problems[0] and "specq draft eval" in problems[0]
+    embedded = check_draft(t, Checkpoint(ckpts["dflash"]), "dflash", 5, "embedded")
+    assert not any("Qwen3-family" in p for p in embedded)
+    assert any("plain draft model" in p for p in embedded)  # the embedded engine has no DFlash at all
