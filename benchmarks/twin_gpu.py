@@ -21,8 +21,9 @@ is skipped when less of the budget is left than it needs (summary.json then says
   this GPU the memory free after weights here; their ratio is the `--cache-max-entry-count` that leaves the
   24 GB card's KV cache on this GPU (the memory fraction that emulates 24 GB). `specq plan` at that ratio,
   then `specq bench TWIN --method qwen3_5_mtp --draft-tokens K` (or `--method dflash --draft-model
-  TWIN/dflash`) at the same ratio, session length and prefill chunk, with no baseline run, and the NVML peak
-  of the run against the plan's peak.
+  TWIN/dflash`) at the same ratio, session length and the card's prefill budget, with no baseline run,
+  on three short prompts and one that fills the prefill budget (where the plan's logits reserve and
+  activations peak), and the NVML peak of the run against the plan's peak.
 - curve: waves of servers. A wave `SIZE:K,K,...[+SIZE:K,...]` starts one `specq serve --detach` per (size, k)
   at once (k = 0: plain decoding; k > 0: the twin's random 5-layer DFlash drafter, so τ ≈ 1 and a run's decode
   rate isolates the step cost), each with `--cache-max-entry-count 0.01`, then measures them one after the
