@@ -39,10 +39,6 @@ def _device_of(model: Any) -> Any:
     return next(model.parameters()).device
 
 
-def perplexity(model: Any, chunks: list[list[int]]) -> float:
-    return score(model, chunks)[0]
-
-
 def score(model: Any, chunks: list[list[int]]) -> tuple[float, list[Any]]:
     """Perplexity over the chunks, and each chunk's greedy next-token ids (for top-1 agreement)."""
     import torch
