@@ -175,6 +175,11 @@ class Checkpoint:
         """The language-model part of the config (multimodal models nest it under `text_config`)."""
         return dict(self.config.get("text_config") or self.config)
 
+    @property
+    def model_type(self) -> str:
+        """The language model's `model_type` (the text config's, else the top level's); "" when unset."""
+        return str(self.text_config.get("model_type") or self.config.get("model_type") or "")
+
     @cached_property
     def tensors(self) -> dict[str, TensorInfo]:
         """Every tensor's header. With `model.safetensors.index.json` the shards it names are read (a missing

@@ -31,14 +31,10 @@ TRAIN_FAMILIES = ("qwen3", "llama")
 SERVED_FAMILIES = ("qwen3",)
 
 
-def target_family(target: Checkpoint) -> str:
-    return str(target.text_config.get("model_type") or target.config.get("model_type") or "")
-
-
 def check_target(target: Checkpoint, cfg: DraftSection) -> list[int]:
     """Refuse what cannot work before any heavy work; return the target layers the drafter will read."""
     tc = target.text_config
-    family = target_family(target)
+    family = target.model_type
     if not family.startswith(TRAIN_FAMILIES):
         arch = (target.architectures or [family or "unknown"])[0]
         raise InputError(
@@ -152,9 +148,9 @@ def _prepare(
     t_start = time.perf_counter()
     target_ckpt = Checkpoint(target_path)
     layer_ids = check_target(target_ckpt, cfg)
-    if not target_family(target_ckpt).startswith(SERVED_FAMILIES):
+    if not target_ckpt.model_type.startswith(SERVED_FAMILIES):
         progress(
-            f"a {target_family(target_ckpt)} target: LMDeploy 0.18 serves DFlash drafters only beside"
+            f"a {target_ckpt.model_type} target: LMDeploy 0.18 serves DFlash drafters only beside"
             " Qwen3-family targets and the embedded engine speculates only with plain draft models, so this"
             " drafter is for offline evaluation (specq draft eval)"
         )

@@ -122,7 +122,7 @@ def check_draft(
 def _dflash_target_problems(target: Checkpoint) -> list[str]:
     """LMDeploy 0.18's DFlash is `qwen3_dflash`: specq serves it beside Qwen3-family targets only (a Llama
     target's drafter, which `specq draft train` also writes, is for offline evaluation)."""
-    family = str(target.text_config.get("model_type") or target.config.get("model_type") or "")
+    family = target.model_type
     if family.startswith("qwen3"):
         return []
     arch = (target.architectures or [family or "unknown"])[0]
