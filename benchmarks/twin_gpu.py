@@ -127,16 +127,6 @@ def peaks_vs_plan(plan: dict[str, Any], report: dict[str, Any], draft_tokens: in
     return rows
 
 
-def curve_points(label: str, weight_bytes: int, report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The step-cost points of one bench report (speculative runs that measured a step cost)."""
-    out = []
-    for r in report.get("runs") or []:
-        k, cost = r.get("draft_tokens"), r.get("step_cost_ratio")
-        if k and cost and r.get("status") == "ok":
-            out.append({"label": label, "weight_bytes": weight_bytes, "k": k, "cost": round(cost, 4)})
-    return out
-
-
 def write_prompts(tokenizer_dir: Path, long_tokens: int, path: Path) -> int:
     """Three short completion prompts and one of about `long_tokens` tokens of the twin's tokenizer (the
     prefill budget, where LMDeploy's logits reserve and the activations peak); returns the long one's

@@ -9,7 +9,6 @@ import pytest
 from benchmarks.twin_gpu import (
     QWEN3_SHAPES,
     curve_document,
-    curve_points,
     decode_rate,
     emulated_ratio,
     markdown,
@@ -42,13 +41,14 @@ def test_peaks_are_set_against_the_plan_for_their_draft_tokens():
 def test_the_curve_file_is_what_specq_predicts_with(tmp_path, monkeypatch):
     from specq.pipeline.speedup import load_curve
 
-    report = {"runs": [
-        {"draft_tokens": 0, "status": "ok"},
-        {"draft_tokens": 7, "status": "ok", "step_cost_ratio": 1.6},
-        {"draft_tokens": 15, "status": "ok", "step_cost_ratio": 1.7},
-        {"draft_tokens": 3, "status": "failed", "step_cost_ratio": 9.9},
-    ]}  # fmt: skip
-    points = curve_points("twin", 14 * 10**9, report)
+    reports = {
+        0: _url_report(0, 200.0, None),
+        7: _url_report(7, 125.0, 1.0),
+        15: _url_report(15, 200 / 1.7, 1.0),
+    }
+    reports[3] = _url_report(3, 20.0, 1.0)
+    reports[3]["runs"][0]["status"] = "failed"  # a failed run gives no point
+    points = wave_points("twin", 14 * 10**9, reports)
     assert [(p["k"], p["cost"]) for p in points] == [(7, 1.6), (15, 1.7)]
     path = tmp_path / "step_cost_curve.json"
     path.write_text(json.dumps(curve_document(points, "NVIDIA H200", "abc1234")))
