@@ -153,7 +153,8 @@ def run_one(args: argparse.Namespace, option: str, k: int, profile: bool) -> dic
         res["ready_s"] = round(time.perf_counter() - t_launch, 1)
         bench = subprocess.run(
             specq("bench", str(args.target), "--url", url, "--draft-tokens", str(k), "--suite", "code",
-                  "--requests", str(args.requests), "--max-tokens", str(args.max_tokens), "--trials", "3",
+                  "--requests", str(args.requests), "--max-tokens", str(args.max_tokens), "--trials",
+                  str(args.trials),
                   "--json"),
             capture_output=True, text=True, timeout=600,
         )  # fmt: skip
@@ -238,6 +239,7 @@ def main() -> int:
     ap.add_argument("--profile", default="default", help="option sets whose servers are profiled")
     ap.add_argument("--requests", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--profile-delay", type=int, default=40)
     ap.add_argument("--profile-duration", type=int, default=2)
     ap.add_argument("--trace", type=Path, help="only summarise this trace file and exit")

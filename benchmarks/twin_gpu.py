@@ -47,6 +47,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,77 @@ def peaks_vs_plan(plan: dict[str, Any], report: dict[str, Any], draft_tokens: in
             }
         )
     return rows
+
+
+class MemoryTimeline:
+    """NVML in a background thread for the whole of a memory step (server start to stop), every `interval_s`:
+    the device's used memory and each compute process's own, so the peak can be split into what each process
+    holds (a second CUDA context shows up as a second process) and into phases (weights, KV cache, warm-up,
+    prefill). `samples`: [seconds, device used bytes, {pid: used bytes}]."""
+
+    def __init__(self, interval_s: float = 0.25, gpu: int = 0):
+        self.interval_s, self.gpu = interval_s, gpu
+        self.samples: list[list[Any]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> MemoryTimeline:
+        try:
+            import pynvml as nv
+
+            nv.nvmlInit()
+            self._nv, self._h = nv, nv.nvmlDeviceGetHandleByIndex(self.gpu)
+        except Exception:  # no NVML: the step runs without a timeline
+            return self
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        nv = self._nv
+        while not self._stop.is_set():
+            try:
+                used = int(nv.nvmlDeviceGetMemoryInfo(self._h).used)
+                procs = {
+                    str(p.pid): int(p.usedGpuMemory or 0)
+                    for p in nv.nvmlDeviceGetComputeRunningProcesses(self._h)
+                }
+                self.samples.append([round(time.monotonic() - self._t0, 2), used, procs])
+            except Exception:
+                pass
+            self._stop.wait(self.interval_s)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def summary(self) -> dict[str, Any]:
+        """The device's first and peak used memory and each process's peak (bytes)."""
+        if not self.samples:
+            return {}
+        per: dict[str, int] = {}
+        for _, _, procs in self.samples:
+            for pid, used in procs.items():
+                per[pid] = max(per.get(pid, 0), used)
+        return {
+            "samples": len(self.samples),
+            "device_first_bytes": self.samples[0][1],
+            "device_peak_bytes": max(s[1] for s in self.samples),
+            "process_peak_bytes": per,
+        }
+
+
+PLAN_TERMS = (
+    "cuda_context_bytes", "weights_bytes", "state_cache_bytes", "runtime_reserve_bytes", "kv_cache_bytes",
+    "activation_bytes", "cuda_graph_bytes", "peak_bytes", "max_prefill_token_num", "kv_cache_tokens",
+)  # fmt: skip
+
+
+def plan_terms(plan: dict[str, Any]) -> dict[str, Any]:
+    """The plan's terms, to set beside the measured timeline."""
+    return {key: plan.get(key) for key in PLAN_TERMS}
 
 
 def write_prompts(tokenizer_dir: Path, long_tokens: int, path: Path) -> int:
@@ -247,6 +319,14 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {r['run']} | {r['draft_tokens']} | {r['status']} | {_gib(r['nvml_peak_bytes'])} | "
                 f"{_gib(r['planned_peak_bytes'])} | {rel} |"
             )
+        tl = mem.get("timeline") or {}
+        if tl.get("samples"):
+            procs = ", ".join(f"pid {p} {_gib(b)}" for p, b in sorted(tl["process_peak_bytes"].items()))
+            lines += [
+                "",
+                f"NVML timeline ({tl['samples']} samples): device {_gib(tl['device_first_bytes'])} GiB used "
+                f"before the server, peak {_gib(tl['device_peak_bytes'])} GiB; process peaks: {procs or '–'}",
+            ]
         lines.append("")
     pts = results.get("curve") or []
     if pts:
@@ -404,13 +484,18 @@ def main() -> int:
         env = dict(
             penv, SPECQ_ENGINE__CACHE_MAX_ENTRY_COUNT=str(ratio), SPECQ_ENGINE__SESSION_LEN=args.session_len,
             SPECQ_BENCH__BASELINE="false", SPECQ_ENGINE__MAX_PREFILL_TOKEN_NUM=prefill,
+            SPECQ_BENCH__WARMUP_PASSES="1",  # memory only: one warm-up pass, then the measured one
         )  # fmt: skip
         prompts = out / f"prompts-{name}.jsonl"
         entry["long_prompt_tokens"] = write_prompts(target, int(prefill) - 256, prompts)
         flags = ["--backend", "pytorch", "--method", method, *drafter, "--draft-tokens", k]
         cmd = specq("bench", str(target), "--engine", "lmdeploy", *flags, *bench_common, "--prompts",
                     str(prompts), "--mode", "completion", "--out", str(out / f"bench-{name}"))  # fmt: skip
-        res = step(f"bench-{name}", cmd, 420, 200, env)
+        with MemoryTimeline() as timeline:
+            res = step(f"bench-{name}", cmd, 420, 120, env)
+        (out / f"timeline-{name}.json").write_text(json.dumps(timeline.samples))
+        entry["timeline"] = timeline.summary()
+        entry["plan_terms"] = plan_terms(plan)
         report = read(f"bench-{name}")
         if report:
             entry["rows"] = peaks_vs_plan(plan, report, int(k))

@@ -8,12 +8,14 @@ import pytest
 
 from benchmarks.twin_gpu import (
     QWEN3_SHAPES,
+    MemoryTimeline,
     curve_document,
     decode_rate,
     emulated_ratio,
     markdown,
     parse_waves,
     peaks_vs_plan,
+    plan_terms,
     qwen3_config,
     wave_points,
 )
@@ -125,3 +127,30 @@ def test_the_memory_runs_long_prompt_fills_the_prefill_budget(tmp_path):
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(rows) == 4 and all("prompt" in r for r in rows)
     assert 950 <= n <= 1000
+
+
+def test_the_memory_timeline_splits_the_peak_by_process():
+    """What the H200 showed (2026-12-03): 615 MiB used with no process, a short-lived process with its own
+    CUDA context, then the engine's; the device peak is the engine's plus what was there before."""
+    tl = MemoryTimeline()
+    mib = 2**20
+    tl.samples = [
+        [0.0, 615 * mib, {}],
+        [50.8, 1227 * mib, {"1105": 612 * mib}],
+        [71.1, 1203 * mib, {"1084": 588 * mib}],
+        [170.6, 23790 * mib, {"1084": 23166 * mib}],
+        [191.9, 615 * mib, {}],
+    ]
+    s = tl.summary()
+    assert s["device_first_bytes"] == 615 * mib and s["device_peak_bytes"] == 23790 * mib
+    assert s["process_peak_bytes"] == {"1105": 612 * mib, "1084": 23166 * mib}
+    assert MemoryTimeline().summary() == {}  # no NVML here: no samples, no figures
+    text = markdown({"memory": {"m": {"ratio": 0.01, "gpu_memory": "24GiB", "rows": [], "timeline": s}}})
+    assert "device 0.60 GiB used before the server, peak 23.23 GiB" in text and "pid 1084 22.62" in text
+
+
+def test_plan_terms_keep_what_the_timeline_is_set_against():
+    plan = {"peak_bytes": 5, "kv_cache_bytes": 2, "weights_bytes": 1, "verdict": "fits", "rows": []}
+    terms = plan_terms(plan)
+    assert terms["peak_bytes"] == 5 and terms["kv_cache_bytes"] == 2 and "verdict" not in terms
+    assert terms["cuda_graph_bytes"] is None  # a term the plan lacks stays visible as missing
