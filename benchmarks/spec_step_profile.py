@@ -14,7 +14,8 @@ sampling, copies). DIR/summary.json holds every figure; DIR/steps.md the tables.
 LMDeploy (and FlashAttention-3 for k > 0).
 
 Option sets: default (CUDA graphs, --max-batch-size 1: specq's defaults), eager (--eager-mode: no graphs),
-mbs8 (--max-batch-size 8: graphs captured for batches up to 8)."""
+mbs8 (--max-batch-size 8: graphs captured for batches up to 8), mp (LMDEPLOY_EXECUTOR_BACKEND=mp: the model
+agent in a worker process of its own), and any set of environment variables given with --env-option."""
 
 from __future__ import annotations
 
@@ -37,7 +38,22 @@ OPTIONS: dict[str, tuple[list[str], dict[str, str]]] = {
     "default": ([], {}),
     "eager": ([], {"SPECQ_ENGINE__EAGER_MODE": "1"}),
     "mbs8": (["--max-batch-size", "8"], {}),
+    # LMDeploy runs the model agent in a worker process of its own instead of on the engine loop's thread
+    # (lmdeploy/pytorch/engine/executor/__init__.py reads it before its one-GPU default, 'uni')
+    "mp": ([], {"LMDEPLOY_EXECUTOR_BACKEND": "mp"}),
 }
+
+
+def parse_env_option(text: str) -> tuple[str, dict[str, str]]:
+    """`NAME:VAR=VALUE[,VAR=VALUE...]` -> (NAME, {VAR: VALUE}): an option set of environment variables given
+    on the command line (e.g. `patched:PYTHONPATH=/tmp/site-patched:/tmp/site` for a patched LMDeploy)."""
+    name, sep, rest = text.partition(":")
+    pairs = [p.partition("=") for p in rest.split(",") if p] if sep else []
+    if not name or not pairs or any(not var or not eq for var, eq, _ in pairs):
+        raise ValueError(f"--env-option {text!r}: write NAME:VAR=VALUE[,VAR=VALUE...]")
+    return name, {var: value for var, _, value in pairs}
+
+
 # LMDeploy 0.18's record_function ranges (read from its source), grouped for the table
 RANGES = {
     "target forward (graph)": ("forward_cudagraph",),
@@ -243,7 +259,14 @@ def main() -> int:
     ap.add_argument("--profile-delay", type=int, default=40)
     ap.add_argument("--profile-duration", type=int, default=2)
     ap.add_argument("--trace", type=Path, help="only summarise this trace file and exit")
+    ap.add_argument(
+        "--env-option", action="append", default=[], metavar="NAME:VAR=VALUE[,VAR=VALUE]",
+        help="an option set of environment variables (repeatable), named in --options like the built-in ones",
+    )  # fmt: skip
     args = ap.parse_args()
+    for text in args.env_option:
+        name, env = parse_env_option(text)
+        OPTIONS[name] = ([], env)
     if args.trace:
         print(json.dumps(summarise_trace(args.trace), indent=1))
         return 0

@@ -199,12 +199,22 @@ def plan_terms(plan: dict[str, Any]) -> dict[str, Any]:
     return {key: plan.get(key) for key in PLAN_TERMS}
 
 
+def long_prompt_tokens(prefill: int) -> int:
+    """The long prompt's length for a prefill budget of `prefill` tokens: the budget less room for the chat
+    framing and the generated tokens' first step (256 of 4096; 16 of a 256-token budget, which the 24 GB
+    card's plan for the 27B + DFlash gets). The H200 run of 2026-12-03 had sent an empty prompt there
+    (256 - 256), and the engine died."""
+    return prefill - max(16, min(256, prefill // 16))
+
+
 def write_prompts(tokenizer_dir: Path, long_tokens: int, path: Path) -> int:
     """Three short completion prompts and one of about `long_tokens` tokens of the twin's tokenizer (the
     prefill budget, where LMDeploy's logits reserve and the activations peak); returns the long one's
     length in tokens."""
     from transformers import AutoTokenizer
 
+    if long_tokens < 1:
+        raise ValueError(f"a long prompt of {long_tokens} tokens: give at least one")
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     words = " ".join(f"item{i} value{i % 97}" for i in range(long_tokens))
     ids = tok(words, add_special_tokens=False)["input_ids"][:long_tokens]
@@ -487,7 +497,7 @@ def main() -> int:
             SPECQ_BENCH__WARMUP_PASSES="1",  # memory only: one warm-up pass, then the measured one
         )  # fmt: skip
         prompts = out / f"prompts-{name}.jsonl"
-        entry["long_prompt_tokens"] = write_prompts(target, int(prefill) - 256, prompts)
+        entry["long_prompt_tokens"] = write_prompts(target, long_prompt_tokens(int(prefill)), prompts)
         flags = ["--backend", "pytorch", "--method", method, *drafter, "--draft-tokens", k]
         cmd = specq("bench", str(target), "--engine", "lmdeploy", *flags, *bench_common, "--prompts",
                     str(prompts), "--mode", "completion", "--out", str(out / f"bench-{name}"))  # fmt: skip

@@ -12,6 +12,7 @@ from benchmarks.twin_gpu import (
     curve_document,
     decode_rate,
     emulated_ratio,
+    long_prompt_tokens,
     markdown,
     parse_waves,
     peaks_vs_plan,
@@ -154,3 +155,11 @@ def test_plan_terms_keep_what_the_timeline_is_set_against():
     terms = plan_terms(plan)
     assert terms["peak_bytes"] == 5 and terms["kv_cache_bytes"] == 2 and "verdict" not in terms
     assert terms["cuda_graph_bytes"] is None  # a term the plan lacks stays visible as missing
+
+
+def test_the_long_prompt_fills_small_prefill_budgets_too():
+    """The card's plan for the 27B + DFlash halves the prefill budget to 256 tokens: the long prompt must
+    still have tokens (an empty one killed the engine on the H200, 2026-12-03)."""
+    assert long_prompt_tokens(4096) == 3840  # the 27B + MTP run's prompt
+    assert long_prompt_tokens(256) == 240
+    assert all(0 < long_prompt_tokens(p) < p for p in (64, 128, 256, 1024, 8192))
