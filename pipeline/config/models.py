@@ -328,8 +328,16 @@ class PlanSection(Section):
     prefill_tokens: int | None = Field(
         None, ge=1, description="embedded engine: longest prompt prefilled at once; default: session_len"
     )
-    cuda_context: str = Field("512MiB", description="per process: CUDA context + cuBLAS workspaces (fixed)")
-    cuda_graphs: str = Field("256MiB", description="LMDeploy CUDA-graph pools (0 with eager_mode)")
+    cuda_context: str = Field("588MiB", description="per process: the CUDA context (588 MiB on the H200)")
+    driver_reserved: str = Field(
+        "615MiB", description="what NVML counts as used with no process on the GPU (615 MiB on the H200)"
+    )
+    load_overhead: str = Field(
+        "480MiB", description="LMDeploy: what its engine holds beyond the weight files once loaded"
+    )
+    cuda_graphs: str = Field(
+        "580MiB", description="LMDeploy: CUDA graphs and runtime buffers after warm-up (0 with eager_mode)"
+    )
 
 
 class DraftSection(Section):

@@ -8,6 +8,10 @@ Two memory models:
   at least 16 KV blocks fit), then gives `cache_max_entry_count` of what is left to the paged KV cache; target
   and drafter share the block count, each block holding 64 tokens of both. Activations and CUDA graphs live in
   the remaining `1 - cache_max_entry_count`. (lmdeploy/pytorch/engine/executor/base.py, `update_configs`.)
+  The runtime reserve is kept free but is not in the predicted peak: generation computes the logits of the
+  last position only, so only requests for prompt logprobs fill it. The fixed costs (driver reservation, CUDA
+  context, what loading adds beyond the weight files, CUDA graphs and buffers after warm-up) are each read
+  off the NVML timeline of a Qwen3.5-27B-AWQ twin served on the H200 (docs/plan.md, 2026-12-03).
 - `embedded`: transformers generation without a preallocated cache: weights + a KV cache that grows with the
   sequence + activations; the peak is what `torch.cuda.max_memory_allocated` reports, plus the CUDA context.
 """
@@ -109,7 +113,7 @@ class GpuPlan(BaseModel):
     index: int = Field(description="tensor-parallel rank = position among the visible GPUs")
     gpu_memory_bytes: int
     gpu_memory_source: str
-    cuda_context_bytes: int
+    cuda_context_bytes: int = Field(description="fixed: driver reservation, CUDA context, load overhead")
     weights_bytes: int = Field(description="target + drafter weights held by this GPU")
     state_cache_bytes: int
     runtime_reserve_bytes: int
@@ -139,6 +143,8 @@ class MemoryPlan(BaseModel):
     kv_bytes_per_token: int = Field(description="target + drafter, every cached token")
     state_bytes_per_sequence: int
     cuda_context_bytes: int
+    driver_reserved_bytes: int = Field(0, description="NVML's used memory with no process on the GPU")
+    load_overhead_bytes: int = Field(0, description="lmdeploy: held beyond the weight files once loaded")
     weights_bytes: int
     free_after_weights_bytes: int
     state_cache_bytes: int
@@ -158,7 +164,10 @@ class MemoryPlan(BaseModel):
         None, description="the longest session memory alone allows, when the model's positions cap it lower"
     )
     max_batch_at_session_len: int | None
-    peak_bytes: int = Field(description="predicted peak device memory (NVML view, context included)")
+    peak_bytes: int = Field(
+        description="predicted peak device memory (NVML view: driver reservation and context included; the "
+        "runtime reserve excluded, which only prompt-logprob requests fill)"
+    )
     peak_allocated_bytes: int = Field(description="predicted torch allocator peak (context excluded)")
     fits: bool
     verdict: str
@@ -406,7 +415,10 @@ def plan_memory(
     problems = tp_problems(target, draft, draft_method, tp, eng)
     if problems:
         raise UsageError("; ".join(problems))
-    ctx = parse_memory(cfg.plan.cuda_context, "plan.cuda_context")
+    context = parse_memory(cfg.plan.cuda_context, "plan.cuda_context")
+    driver = parse_memory(cfg.plan.driver_reserved, "plan.driver_reserved")
+    overhead = parse_memory(cfg.plan.load_overhead, "plan.load_overhead") if eng == "lmdeploy" else 0
+    ctx = context + driver + overhead  # fixed per GPU, before the weights
     graphs = (
         0
         if (eng == "embedded" or cfg.engine.eager_mode)
@@ -474,7 +486,9 @@ def plan_memory(
         draft=_model_memory(d, d_dtype, full_dk) if d is not None else None,
         kv_bytes_per_token=tk + dk,
         state_bytes_per_sequence=inputs.state_seq,
-        cuda_context_bytes=ctx,
+        cuda_context_bytes=context,
+        driver_reserved_bytes=driver,
+        load_overhead_bytes=overhead,
         weights_bytes=inputs.weights,
         notes=notes,
         **res,
@@ -489,10 +503,15 @@ def plan_memory(
     return plan
 
 
+def _fixed(plan: MemoryPlan) -> int:
+    """What a GPU holds before the weights: driver reservation, CUDA context, (lmdeploy) load overhead."""
+    return plan.driver_reserved_bytes + plan.cuda_context_bytes + plan.load_overhead_bytes
+
+
 def _single_gpu(plan: MemoryPlan, safety: int) -> dict[str, Any]:
     """The one GPU of a plan without tensor parallelism, as its `gpus` entry."""
     return {
-        "cuda_context_bytes": plan.cuda_context_bytes, "weights_bytes": plan.weights_bytes,
+        "cuda_context_bytes": _fixed(plan), "weights_bytes": plan.weights_bytes,
         "state_cache_bytes": plan.state_cache_bytes, "runtime_reserve_bytes": plan.runtime_reserve_bytes,
         "kv_cache_bytes": plan.kv_cache_bytes, "kv_bytes_per_token": plan.kv_bytes_per_token,
         "activation_bytes": plan.activation_bytes, "cuda_graph_bytes": plan.cuda_graph_bytes,
@@ -552,8 +571,12 @@ def _assumptions(plan: MemoryPlan, t: _Model, engine: ServerName, spec: int, inc
         )
     if engine == "lmdeploy":
         notes.append(
-            f"CUDA context {gib(plan.cuda_context_bytes)} and CUDA graphs {gib(plan.cuda_graph_bytes)} are "
-            "assumptions (plan.cuda_context, plan.cuda_graphs), not calibrated against an LMDeploy run"
+            f"fixed costs measured on one H200 (2026-12-03, LMDeploy 0.18, a Qwen3.5-27B-AWQ twin): driver "
+            f"reservation {gib(plan.driver_reserved_bytes)}, CUDA context {gib(plan.cuda_context_bytes)}, "
+            f"load overhead {gib(plan.load_overhead_bytes)}, CUDA graphs and buffers "
+            f"{gib(plan.cuda_graph_bytes)} "
+            "(plan.driver_reserved, plan.cuda_context, plan.load_overhead, plan.cuda_graphs); other GPUs and "
+            "models may differ"
         )
     return notes
 
@@ -621,7 +644,7 @@ class _Inputs:
     """What both engines' memory models start from (bytes unless said otherwise)."""
 
     total: int  # GPU memory
-    ctx: int  # per-process CUDA context and workspaces
+    ctx: int  # fixed: driver reservation, CUDA context and (lmdeploy) load overhead
     weights: int  # target + drafter
     state_seq: int  # recurrent state per sequence
     batch: int
@@ -720,7 +743,7 @@ def _lmdeploy(ranks: list[_Inputs], graphs: int, given: float | None) -> dict[st
             "runtime_reserve_bytes": g["runtime"], "kv_cache_bytes": kv,
             "kv_bytes_per_token": g["block"] // LMDEPLOY_BLOCK_SIZE, "activation_bytes": g["acts"],
             "cuda_graph_bytes": graphs, "safety_bytes": r.safety,
-            "peak_bytes": r.ctx + r.weights + g["state"] + g["runtime"] + kv + g["acts"] + graphs,
+            "peak_bytes": r.ctx + r.weights + g["state"] + kv + g["acts"] + graphs,
             "fits": bool(g["free"] > 0 and g["alone"]),
         })  # fmt: skip
     session_fits = inp.session is None or max_session >= inp.session
@@ -826,10 +849,9 @@ def _finish(plan: MemoryPlan, t: _Model, d: _Model | None, safety: int) -> None:
     rows = [
         PlanRow(item="GPU memory", bytes=plan.gpu_memory_bytes, note=plan.gpu_memory_source),
         PlanRow(
-            item="CUDA context + workspaces",
-            bytes=plan.cuda_context_bytes,
-            note="per process: driver context, cuBLAS workspaces",
+            item="driver reservation", bytes=plan.driver_reserved_bytes, note="NVML: used with no process"
         ),
+        PlanRow(item="CUDA context", bytes=plan.cuda_context_bytes, note="per process"),
         PlanRow(
             item="target weights",
             bytes=t.weights,
@@ -838,6 +860,10 @@ def _finish(plan: MemoryPlan, t: _Model, d: _Model | None, safety: int) -> None:
     ]
     if d is not None and plan.draft is not None:
         rows.append(PlanRow(item=f"draft weights ({plan.draft.kind})", bytes=d.weights, note=d.source))
+    if plan.load_overhead_bytes:
+        rows.append(
+            PlanRow(item="load overhead", bytes=plan.load_overhead_bytes, note="beyond the weight files")
+        )
     if plan.state_cache_bytes:
         n = plan.target.linear_attention_layers
         rows.append(
@@ -852,7 +878,8 @@ def _finish(plan: MemoryPlan, t: _Model, d: _Model | None, safety: int) -> None:
             PlanRow(
                 item="runtime reserve (logits)",
                 bytes=plan.runtime_reserve_bytes,
-                note=f"(max_prefill_token_num {plan.max_prefill_token_num} + 2*batch) * vocab * 2",
+                note=f"(max_prefill_token_num {plan.max_prefill_token_num} + 2*batch) * vocab * 2; kept "
+                "free, not in the peak (prompt-logprob requests fill it)",
             )
         )
     kv_note = f"{plan.kv_bytes_per_token} B/token ({plan.target.kv_bytes_per_token} target"
@@ -867,7 +894,7 @@ def _finish(plan: MemoryPlan, t: _Model, d: _Model | None, safety: int) -> None:
         PlanRow(item="activations (peak)", bytes=plan.activation_bytes, note="estimate, see docs/plan.md")
     )
     if plan.cuda_graph_bytes:
-        rows.append(PlanRow(item="CUDA graphs", bytes=plan.cuda_graph_bytes, note="margin"))
+        rows.append(PlanRow(item="CUDA graphs + buffers", bytes=plan.cuda_graph_bytes, note="after warm-up"))
     rows.append(PlanRow(item="safety margin", bytes=safety, note=f"{SAFETY_FRACTION:.0%} of GPU memory"))
     rows.append(PlanRow(item="predicted peak", bytes=plan.peak_bytes, note="NVML view"))
     plan.rows = rows
@@ -889,7 +916,7 @@ def _finish(plan: MemoryPlan, t: _Model, d: _Model | None, safety: int) -> None:
         return
     if plan.free_after_weights_bytes <= 0:
         plan.verdict = (
-            f"will not fit{where}: weights alone need {gib(plan.weights_bytes + plan.cuda_context_bytes)} "
+            f"will not fit{where}: weights alone need {gib(plan.weights_bytes + _fixed(plan))} "
             f"of {gib(plan.gpu_memory_bytes)}"
         )
         plan.advice.append("use a GPU with more memory, a smaller quantization, or drop the drafter")

@@ -154,9 +154,9 @@ def _gpu_table(p: MemoryPlan) -> Any:
     table.add_column("GiB")
     for g in p.gpus:
         table.add_column(f"GPU {g.index}", justify="right")
-    fields = [("GPU memory", "gpu_memory_bytes"), ("CUDA context", "cuda_context_bytes"),
+    fields = [("GPU memory", "gpu_memory_bytes"), ("fixed (driver, context, load)", "cuda_context_bytes"),
               ("weights", "weights_bytes"), ("linear-attention state", "state_cache_bytes"),
-              ("runtime reserve", "runtime_reserve_bytes"), ("KV cache", "kv_cache_bytes"),
+              ("runtime reserve (not in peak)", "runtime_reserve_bytes"), ("KV cache", "kv_cache_bytes"),
               ("activations", "activation_bytes"), ("CUDA graphs", "cuda_graph_bytes"),
               ("safety margin", "safety_bytes"), ("predicted peak", "peak_bytes")]  # fmt: skip
     for label, field in fields:

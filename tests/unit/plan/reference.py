@@ -68,10 +68,11 @@ QWEN35_27B_DFLASH: dict[str, Any] = {
 }
 
 
-def write_reference(root: Path) -> tuple[Path, Path]:
-    """Write config-only target (AWQ) and drafter directories under `root`; return their paths."""
+def write_reference(root: Path, draft_layers: int = 5) -> tuple[Path, Path]:
+    """Write config-only target (AWQ) and drafter directories under `root`; return their paths. The public
+    drafter has 5 layers; `draft_layers` writes one of the same shape with fewer (the 24 GiB preset's)."""
     target = root / "qwen3.5-27b-awq"
-    draft = root / "qwen3.5-27b-dflash-fp16"
+    draft = root / ("qwen3.5-27b-dflash-fp16" if draft_layers == 5 else f"qwen3.5-27b-dflash-{draft_layers}l")
     target.mkdir(parents=True, exist_ok=True)
     draft.mkdir(parents=True, exist_ok=True)
     cfg = {
@@ -84,5 +85,10 @@ def write_reference(root: Path) -> tuple[Path, Path]:
         "quantization_config": AWQ_CONFIG,
     }
     (target / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
-    (draft / "config.json").write_text(json.dumps(QWEN35_27B_DFLASH), encoding="utf-8")
+    drafter = {
+        **QWEN35_27B_DFLASH,
+        "num_hidden_layers": draft_layers,
+        "layer_types": ["full_attention"] * draft_layers,
+    }
+    (draft / "config.json").write_text(json.dumps(drafter), encoding="utf-8")
     return target, draft

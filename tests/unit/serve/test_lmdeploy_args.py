@@ -151,8 +151,8 @@ def test_reference_preset_command(tmp_path: Path, ckpts: dict[str, Path]) -> Non
     cmd = create_engine(ServeRequest.from_config(cfg), tmp_path).command()
     flags = " ".join(cmd[cmd.index("--backend") :])
     assert flags.startswith("--backend pytorch")
-    for part in ("--dtype bfloat16", "--session-len 8192", "--cache-max-entry-count 0.46",
-                 "--max-prefill-token-num 256", "--speculative-algorithm dflash",
+    for part in ("--dtype bfloat16", "--session-len 8192", "--cache-max-entry-count 0.41",
+                 "--max-prefill-token-num 512", "--speculative-algorithm dflash",
                  "--speculative-num-draft-tokens 5"):  # fmt: skip
         assert part in flags
 
