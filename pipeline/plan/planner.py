@@ -500,7 +500,39 @@ def plan_memory(
     plan.notes = _assumptions(plan, t, eng, k if speculating else 0, include_mtp)
     _cap_at_positions(plan, inputs.t.ckpt.config)
     _finish(plan, inputs.t, inputs.d, inputs.safety)
+    _drop_int8_advice_that_does_not_fit(
+        plan, target, draft, cfg, gpu_memory_bytes, engine, cache_max_entry_count
+    )
     return plan
+
+
+def _drop_int8_advice_that_does_not_fit(
+    plan: MemoryPlan,
+    target: Checkpoint,
+    draft: Checkpoint | None,
+    cfg: PlanRequest,
+    gpu_memory_bytes: int | None,
+    engine: ServerName | None,
+    given: float | None,
+) -> None:
+    """The int8-KV advice only where an int8 plan fits or holds longer sessions (then it says how long): where
+    the weights and state leave no KV room at all (the 27B-AWQ with the 5-layer DFlash drafter on 24 GiB),
+    halving KV bytes does not help."""
+    advice = [a for a in plan.advice if a.startswith("int8 KV cache")]
+    if not advice:
+        return
+    int8 = cfg.model_copy(update={"plan": cfg.plan.model_copy(update={"kv_dtype": "int8"})})
+    again = plan_memory(
+        target, draft, int8, gpu_memory_bytes=gpu_memory_bytes, engine=engine, cache_max_entry_count=given
+    )
+    if again.fits:
+        return
+    longer = again.max_session_len > plan.max_session_len
+    plan.advice = [
+        f"{a}: longest session_len {again.max_session_len}" if a in advice else a
+        for a in plan.advice
+        if a not in advice or longer
+    ]
 
 
 def _fixed(plan: MemoryPlan) -> int:
