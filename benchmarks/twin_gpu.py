@@ -189,8 +189,9 @@ class MemoryTimeline:
 
 
 PLAN_TERMS = (
-    "driver_reserved_bytes", "cuda_context_bytes", "load_overhead_bytes", "weights_bytes", "state_cache_bytes", "runtime_reserve_bytes", "kv_cache_bytes",
-    "activation_bytes", "cuda_graph_bytes", "peak_bytes", "max_prefill_token_num", "kv_cache_tokens",
+    "driver_reserved_bytes", "cuda_context_bytes", "load_overhead_bytes", "weights_bytes",
+    "state_cache_bytes", "runtime_reserve_bytes", "kv_cache_bytes", "activation_bytes", "cuda_graph_bytes",
+    "peak_bytes", "max_prefill_token_num", "kv_cache_tokens",
 )  # fmt: skip
 
 

@@ -1,75 +1,123 @@
 """The greedy fast path of greedy-rejection-fast-path.diff against LMDeploy 0.18.0's own path (sampling inputs
-expanded to k+1 rows, then FusedLogitsProcessor, then argmax), on random CPU tensors: the target token ids must
-match in every case. Runs with torch alone; LMDeploy's two files are read from an unpacked 0.18.0 tree.
+expanded to k+1 rows, then FusedLogitsProcessor, then argmax), on random CPU tensors: the target token ids
+must match in every case. Runs with torch alone; LMDeploy's two files are read from an unpacked 0.18.0 tree.
 
     python benchmarks/lmdeploy_step_patches/check_greedy_fast_path.py SITE   # SITE/lmdeploy/pytorch/...
+
+Prints the mismatches (0 expected) and each path's host time per step on CPU tensors; exits 1 on a mismatch.
 """
 
-import asyncio, sys, types, re
-ROOT = sys.argv[1] if len(sys.argv) > 1 else '.'
-import torch
-# stub the imports logits_process.py needs
-for name in ['lmdeploy', 'lmdeploy.messages', 'lmdeploy.pytorch', 'lmdeploy.pytorch.envs', 'lmdeploy.pytorch.messages',
-             'lmdeploy.pytorch.engine', 'lmdeploy.pytorch.engine.guided_process']:
-    sys.modules[name] = types.ModuleType(name)
-sys.modules['lmdeploy.messages'].LogitsProcessor = object
-sys.modules['lmdeploy.pytorch'].envs = sys.modules['lmdeploy.pytorch.envs']
-sys.modules['lmdeploy.pytorch.envs'].repetition_window_size = 1024
-sys.modules['lmdeploy.pytorch.messages'].SchedulerSequence = object
-sys.modules['lmdeploy.pytorch.engine.guided_process'].GuidedDecodingManager = object
-src = open(ROOT + '/lmdeploy/pytorch/engine/logits_process.py').read()
-src = src.replace('from ..messages import', 'from lmdeploy.pytorch.messages import').replace('from .guided_process import', 'from lmdeploy.pytorch.engine.guided_process import')
-lp = {'__name__': 'lp'}; exec(compile(src, 'logits_process.py', 'exec'), lp)
-sa = open(ROOT + '/lmdeploy/pytorch/spec_decode/spec_agent.py').read()
-fn = sa[sa.index('_SCALAR_FIELDS = '):sa.index('class SpecModelAgent')]
-ns = dict(lp); ns['np'] = __import__('numpy'); exec(fn, ns)
-SamplingInputs, Fused, expand, pbw = lp['SamplingInputs'], lp['FusedLogitsProcessor'], ns['_expand_sampling_inputs'], lp['_process_bad_words_']
+from __future__ import annotations
 
-def fast(si, logits, B, n):   # the patched code path, verbatim
+import asyncio
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+STUBS = (
+    "lmdeploy", "lmdeploy.messages", "lmdeploy.pytorch", "lmdeploy.pytorch.envs", "lmdeploy.pytorch.messages",
+    "lmdeploy.pytorch.engine", "lmdeploy.pytorch.engine.guided_process",
+)  # fmt: skip
+
+
+def load(site: Path) -> dict[str, Any]:
+    """`logits_process.py` (with stubs for the imports it needs) and `spec_agent.py`'s
+    `_expand_sampling_inputs`, executed from the 0.18.0 sources."""
+    for name in STUBS:
+        sys.modules[name] = types.ModuleType(name)
+    sys.modules["lmdeploy.messages"].LogitsProcessor = object  # type: ignore[attr-defined]
+    envs = sys.modules["lmdeploy.pytorch.envs"]
+    envs.repetition_window_size = 1024  # type: ignore[attr-defined]
+    sys.modules["lmdeploy.pytorch"].envs = envs  # type: ignore[attr-defined]
+    sys.modules["lmdeploy.pytorch.messages"].SchedulerSequence = object  # type: ignore[attr-defined]
+    sys.modules["lmdeploy.pytorch.engine.guided_process"].GuidedDecodingManager = object  # type: ignore[attr-defined]
+    pkg = site / "lmdeploy" / "pytorch"
+    src = (pkg / "engine" / "logits_process.py").read_text()
+    src = src.replace("from ..messages import", "from lmdeploy.pytorch.messages import")
+    src = src.replace("from .guided_process import", "from lmdeploy.pytorch.engine.guided_process import")
+    lp: dict[str, Any] = {"__name__": "lp"}
+    exec(compile(src, "logits_process.py", "exec", dont_inherit=True), lp)  # not this file's __future__
+    agent = (pkg / "spec_decode" / "spec_agent.py").read_text()
+    ns = dict(lp, np=np)
+    part = agent[agent.index("_SCALAR_FIELDS = ") : agent.index("class SpecModelAgent")]
+    exec(compile(part, "spec_agent.py", "exec", dont_inherit=True), ns)
+    return {
+        "SamplingInputs": lp["SamplingInputs"], "Fused": lp["FusedLogitsProcessor"],
+        "expand": ns["_expand_sampling_inputs"], "bad_words": lp["_process_bad_words_"],
+    }  # fmt: skip
+
+
+def fast(m: dict[str, Any], si: Any, logits: torch.Tensor, b: int, n: int) -> torch.Tensor:
+    """The patched code path, as the diff writes it."""
     scores = logits
     if si.bad_words is not None:
-        scores = pbw(scores, si.bad_words.repeat_interleave(n, 0), si.bad_mask.repeat_interleave(n, 0))
+        rows = si.bad_words.repeat_interleave(n, 0), si.bad_mask.repeat_interleave(n, 0)
+        scores = m["bad_words"](scores, *rows)
     if si.stop_words is not None:
         stop_mask = torch.where((si.num_ignore_eos > 0)[:, None], si.stop_mask, False)
-        scores = pbw(scores, si.stop_words.repeat_interleave(n, 0), stop_mask.repeat_interleave(n, 0))
-    return scores.view(B, n, -1).argmax(dim=-1)
+        rows = si.stop_words.repeat_interleave(n, 0), stop_mask.repeat_interleave(n, 0)
+        scores = m["bad_words"](scores, *rows)
+    return scores.view(b, n, -1).argmax(dim=-1)
 
-async def orig(si, logits, B, n):
-    e = expand(si, n)
-    scores, _ = await Fused(e)(logits)
-    return scores.view(B, n, -1).argmax(dim=-1)
 
-torch.manual_seed(0); bad = 0
-for trial in range(300):
-    B = int(torch.randint(1, 5, ())); n = int(torch.randint(2, 17, ())); V = 64
-    logits = torch.randn(B * n, V)
-    # make the banned ids the likely argmax so masking matters
-    bw = torch.randint(0, V, (B, 3)); bmask = torch.rand(B, 3) > 0.3
-    sw = torch.randint(0, V, (B, 2)); smask = torch.rand(B, 2) > 0.2
-    for b in range(B):
-        logits.view(B, n, V)[b, :, bw[b, 0]] += 5; logits.view(B, n, V)[b, :, sw[b, 0]] += 4
-    kind = trial % 4
-    si = SamplingInputs(max_top_k=1, batch_size=B, max_num_logprobs=-1, logits_processors=[None] * B,
-                        random_offsets=torch.arange(B), num_ignore_eos=torch.randint(-3, 3, (B,)))
-    if kind in (1, 3): si.bad_words, si.bad_mask = bw.where(bmask, -1), bmask
-    if kind in (2, 3): si.stop_words, si.stop_mask = sw.where(smask, -1), smask
-    a = asyncio.run(orig(si, logits.clone(), B, n)); f = fast(si, logits.clone(), B, n)
-    bad += int(not torch.equal(a, f))
-print('mismatches:', bad, 'of 300')
+async def original(m: dict[str, Any], si: Any, logits: torch.Tensor, b: int, n: int) -> torch.Tensor:
+    scores, _ = await m["Fused"](m["expand"](si, n))(logits)
+    return scores.view(b, n, -1).argmax(dim=-1)
 
-import time
-B, n, V = 1, 16, 8
-si = SamplingInputs(max_top_k=1, batch_size=B, max_num_logprobs=-1, logits_processors=[None], random_offsets=torch.arange(B),
-                    num_ignore_eos=torch.tensor([-5]), bad_words=torch.tensor([[7, 3]]), bad_mask=torch.tensor([[True, True]]))
-logits = torch.randn(B * n, V)
-async def bench():
-    for name, f in (('orig (expand+FusedLogitsProcessor)', lambda: orig(si, logits, B, n)), ('fast', None)):
-        for _ in range(200):
-            if f: await f()
-            else: fast(si, logits, B, n)
-        t = time.perf_counter()
-        for _ in range(2000):
-            if f: await f()
-            else: fast(si, logits, B, n)
-        print(f'{name}: {(time.perf_counter() - t) / 2000 * 1e6:.0f} us/step on CPU tensors (host overhead only)')
-asyncio.run(bench())
+
+def main() -> int:
+    m = load(Path(sys.argv[1] if len(sys.argv) > 1 else "."))
+    torch.manual_seed(0)
+    bad, cases, vocab = 0, 300, 64
+    for trial in range(cases):
+        b, n = int(torch.randint(1, 5, ())), int(torch.randint(2, 17, ()))
+        logits = torch.randn(b * n, vocab)
+        bw, bmask = torch.randint(0, vocab, (b, 3)), torch.rand(b, 3) > 0.3
+        sw, smask = torch.randint(0, vocab, (b, 2)), torch.rand(b, 2) > 0.2
+        for i in range(b):  # the banned ids the likely argmax, so that masking matters
+            logits.view(b, n, vocab)[i, :, bw[i, 0]] += 5
+            logits.view(b, n, vocab)[i, :, sw[i, 0]] += 4
+        si = m["SamplingInputs"](
+            max_top_k=1, batch_size=b, max_num_logprobs=-1, logits_processors=[None] * b,
+            random_offsets=torch.arange(b), num_ignore_eos=torch.randint(-3, 3, (b,)),
+        )  # fmt: skip
+        if trial % 4 in (1, 3):
+            si.bad_words, si.bad_mask = bw.where(bmask, -1), bmask
+        if trial % 4 in (2, 3):
+            si.stop_words, si.stop_mask = sw.where(smask, -1), smask
+        want = asyncio.run(original(m, si, logits.clone(), b, n))
+        bad += int(not torch.equal(want, fast(m, si, logits.clone(), b, n)))
+    print(f"mismatches: {bad} of {cases}")
+
+    b, n = 1, 16
+    si = m["SamplingInputs"](
+        max_top_k=1, batch_size=b, max_num_logprobs=-1, logits_processors=[None],
+        random_offsets=torch.arange(b), num_ignore_eos=torch.tensor([-5]), bad_words=torch.tensor([[7, 3]]),
+        bad_mask=torch.tensor([[True, True]]),
+    )  # fmt: skip
+    logits = torch.randn(b * n, 8)
+
+    async def timed() -> None:
+        for name, is_fast in (("orig (expand+FusedLogitsProcessor)", False), ("fast", True)):
+            for rep, count in enumerate((200, 2000)):
+                t = time.perf_counter()
+                for _ in range(count):
+                    if is_fast:
+                        fast(m, si, logits, b, n)
+                    else:
+                        await original(m, si, logits, b, n)
+                if rep:
+                    us = (time.perf_counter() - t) / count * 1e6
+                    print(f"{name}: {us:.0f} us/step on CPU tensors (host overhead only)")
+
+    asyncio.run(timed())
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
