@@ -500,13 +500,11 @@ def plan_memory(
     plan.notes = _assumptions(plan, t, eng, k if speculating else 0, include_mtp)
     _cap_at_positions(plan, inputs.t.ckpt.config)
     _finish(plan, inputs.t, inputs.d, inputs.safety)
-    _drop_int8_advice_that_does_not_fit(
-        plan, target, draft, cfg, gpu_memory_bytes, engine, cache_max_entry_count
-    )
+    _int8_advice_checked(plan, target, draft, cfg, gpu_memory_bytes, engine, cache_max_entry_count)
     return plan
 
 
-def _drop_int8_advice_that_does_not_fit(
+def _int8_advice_checked(
     plan: MemoryPlan,
     target: Checkpoint,
     draft: Checkpoint | None,
