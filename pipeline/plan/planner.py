@@ -396,8 +396,35 @@ def plan_memory(
 ) -> MemoryPlan:
     """Plan GPU memory for serving `target` (and `draft`) as `cfg` describes. Raises InputError for unreadable
     checkpoints, ConfigError for a bad --gpu-memory, EnvironmentMissing when no GPU size is known.
-    `cache_max_entry_count` evaluates that LMDeploy ratio; None recommends one."""
+    `cache_max_entry_count` evaluates that LMDeploy ratio; None recommends one. Where it does not fit, the
+    advice names only the changes whose own plan fits (`_replanned_advice`)."""
     cfg = cfg or PlanRequest()
+    plan = _plan(target, draft, cfg, gpu_memory_bytes, engine, cache_max_entry_count)
+    if not plan.fits:
+
+        def replan(changed: PlanRequest, without_draft: bool = False, gpu: int | None = None) -> MemoryPlan:
+            return _plan(
+                target,
+                None if without_draft else draft,
+                changed,
+                gpu or gpu_memory_bytes,
+                engine,
+                cache_max_entry_count,
+            )
+
+        _replanned_advice(plan, cfg, replan)
+    return plan
+
+
+def _plan(
+    target: Checkpoint,
+    draft: Checkpoint | None,
+    cfg: PlanRequest,
+    gpu_memory_bytes: int | None,
+    engine: ServerName | None,
+    cache_max_entry_count: float | None,
+) -> MemoryPlan:
+    """`plan_memory` without the advice that needs plans of its own (what those plans are made with)."""
     eng = _engine_of(cfg, engine)
     tp = cfg.engine.tp
     if tp > 1 and eng == "embedded":
@@ -500,37 +527,82 @@ def plan_memory(
     plan.notes = _assumptions(plan, t, eng, k if speculating else 0, include_mtp)
     _cap_at_positions(plan, inputs.t.ckpt.config)
     _finish(plan, inputs.t, inputs.d, inputs.safety)
-    _int8_advice_checked(plan, target, draft, cfg, gpu_memory_bytes, engine, cache_max_entry_count)
     return plan
 
 
-def _int8_advice_checked(
-    plan: MemoryPlan,
-    target: Checkpoint,
-    draft: Checkpoint | None,
-    cfg: PlanRequest,
-    gpu_memory_bytes: int | None,
-    engine: ServerName | None,
-    given: float | None,
-) -> None:
-    """The int8-KV advice only where an int8 plan fits or holds longer sessions (then it says how long): where
-    the weights and state leave no KV room at all (the 27B-AWQ with the 5-layer DFlash drafter on 24 GiB),
-    halving KV bytes does not help."""
-    advice = [a for a in plan.advice if a.startswith("int8 KV cache")]
-    if not advice:
-        return
-    int8 = cfg.model_copy(update={"plan": cfg.plan.model_copy(update={"kv_dtype": "int8"})})
-    again = plan_memory(
-        target, draft, int8, gpu_memory_bytes=gpu_memory_bytes, engine=engine, cache_max_entry_count=given
+def _replanned_advice(plan: MemoryPlan, cfg: PlanRequest, replan: Callable[..., MemoryPlan]) -> None:
+    """The advice that changes a setting, each only where the plan with that change fits (or, int8 KV, holds
+    longer sessions), naming the value and what it then holds. `replan(cfg, without_draft, gpu)` plans the
+    change; its plans carry no such advice of their own. Where the weights and fixed costs leave no room, only
+    dropping the drafter or more GPUs can help."""
+    room = plan.free_after_weights_bytes > 0
+    lmdeploy = plan.engine == "lmdeploy"
+    if room and lmdeploy and plan.kv_dtype not in ("int8", "int4"):
+        _int8_advice_checked(plan, replan(_with(cfg, plan={"kv_dtype": "int8"})))
+    if room and lmdeploy and plan.max_prefill_token_num:
+        _prefill_advice_checked(plan, cfg, replan)
+    if plan.draft is not None:
+        again = replan(cfg.model_copy(update={"draft_model": None, "draft_tokens": 0, "method": None}), True)
+        if again.fits:
+            plan.advice.append(f"serve without the drafter (frees its weights and KV; {_holds_note(again)})")
+    if lmdeploy and plan.tp > 1:
+        _tp_advice_checked(plan, cfg, replan)
+
+
+def _with(cfg: PlanRequest, **sections: dict[str, Any]) -> PlanRequest:
+    """`cfg` with some `[engine]`/`[plan]` settings changed."""
+    return cfg.model_copy(
+        update={name: getattr(cfg, name).model_copy(update=changes) for name, changes in sections.items()}
     )
+
+
+def _holds_note(again: MemoryPlan) -> str:
+    """What a plan that fits holds: 'fits session_len 8192 at batch 1, longest session_len 11904' (and the
+    cache_max_entry_count it recommends, where none was given)."""
+    want = f"session_len {again.session_len}" if again.session_len else "a session"
+    note = f"fits {want} at batch {again.batch}, longest session_len {again.max_session_len}"
+    if again.engine == "lmdeploy" and not again.cache_max_entry_count_given and again.cache_max_entry_count:
+        note += f", cache_max_entry_count {again.cache_max_entry_count}"
+    return note
+
+
+def _int8_advice_checked(plan: MemoryPlan, again: MemoryPlan) -> None:
+    """The int8-KV advice (`again` is the int8 plan) only where it fits or holds longer sessions (then it says
+    how long): where the weights and state leave no KV room at all (the 27B-AWQ with the 5-layer DFlash
+    drafter on 24 GiB), halving KV bytes does not help."""
+    advice = "int8 KV cache (plan.kv_dtype = 'int8', LMDeploy --quant-policy 8) halves KV bytes"
     if again.fits:
+        plan.advice.append(advice)
+    elif again.max_session_len > plan.max_session_len:
+        plan.advice.append(f"{advice}: longest session_len {again.max_session_len}")
+
+
+def _prefill_advice_checked(plan: MemoryPlan, cfg: PlanRequest, replan: Callable[..., MemoryPlan]) -> None:
+    """A smaller LMDeploy prefill budget shrinks the runtime reserve LMDeploy keeps free and the activations
+    of a prefill chunk, but not the weights, state or KV: the largest budget below the plan's (halving, as
+    `_lmdeploy` tries them, down to 256) whose plan fits, if any does."""
+    p = (plan.max_prefill_token_num or 0) // 2
+    while p >= 256:
+        again = replan(_with(cfg, plan={"max_prefill_token_num": p}))
+        if again.fits:
+            n = again.max_prefill_token_num
+            setting = f"engine.max_prefill_token_num = {n}"
+            plan.advice.append(f"LMDeploy --max-prefill-token-num {n} ({setting}; {_holds_note(again)})")
+            return
+        p //= 2
+
+
+def _tp_advice_checked(plan: MemoryPlan, cfg: PlanRequest, replan: Callable[..., MemoryPlan]) -> None:
+    """Twice the GPUs, each the size of the smallest one here, where the heads divide and that plan fits."""
+    tp = 2 * plan.tp
+    smallest = min(g.gpu_memory_bytes for g in plan.gpus)
+    try:
+        again = replan(_with(cfg, engine={"tp": tp}), False, smallest)
+    except UsageError:  # the heads do not divide
         return
-    longer = again.max_session_len > plan.max_session_len
-    plan.advice = [
-        f"{a}: longest session_len {again.max_session_len}" if a in advice else a
-        for a in plan.advice
-        if a not in advice or longer
-    ]
+    if again.fits:
+        split = "weights, KV and state split further"
+        plan.advice.append(f"--tp {tp} on GPUs of {gib(smallest)} ({split}; {_holds_note(again)})")
 
 
 def _fixed(plan: MemoryPlan) -> int:
@@ -875,7 +947,7 @@ def _floor_to(x: int, step: int) -> int:
 
 
 def _finish(plan: MemoryPlan, t: _Model, d: _Model | None, safety: int) -> None:
-    """Verdict, advice and the table rows."""
+    """Verdict, the advice this plan's own numbers give, and the table rows."""
     rows = [
         PlanRow(item="GPU memory", bytes=plan.gpu_memory_bytes, note=plan.gpu_memory_source),
         PlanRow(
@@ -949,7 +1021,7 @@ def _finish(plan: MemoryPlan, t: _Model, d: _Model | None, safety: int) -> None:
             f"will not fit{where}: weights alone need {gib(plan.weights_bytes + _fixed(plan))} "
             f"of {gib(plan.gpu_memory_bytes)}"
         )
-        plan.advice.append("use a GPU with more memory, a smaller quantization, or drop the drafter")
+        plan.advice.append("use a GPU with more memory or a smaller quantization")
         return
     plan.verdict = f"will not fit{where}: {want} at batch {plan.batch}"
     if plan.max_session_len >= 64:
@@ -958,16 +1030,6 @@ def _finish(plan: MemoryPlan, t: _Model, d: _Model | None, safety: int) -> None:
         )
     if plan.max_batch_at_session_len:
         plan.advice.append(f"--batch {plan.max_batch_at_session_len} (the largest that fits {want})")
-    if plan.engine == "lmdeploy" and plan.kv_dtype not in ("int8", "int4"):
-        plan.advice.append(
-            "int8 KV cache (plan.kv_dtype = 'int8', LMDeploy --quant-policy 8) halves KV bytes"
-        )
-    if plan.engine == "lmdeploy" and plan.max_prefill_token_num and plan.max_prefill_token_num > 1024:
-        plan.advice.append("a smaller LMDeploy --max-prefill-token-num shrinks the runtime reserve")
-    if plan.draft is not None:
-        plan.advice.append("serve without the drafter (frees its weights and KV)")
-    if plan.engine == "lmdeploy" and plan.tp > 1:
-        plan.advice.append(f"--tp {2 * plan.tp} where the heads divide (weights, KV and state split further)")
 
 
 def fits(cfg: SpecqConfig, *, gpu_memory_bytes: int | None = None) -> str | None:

@@ -11,7 +11,7 @@ from specq.pipeline.checkpoint import Checkpoint
 from specq.pipeline.config import resolve_config
 from specq.pipeline.errors import ConfigError, EnvironmentMissing
 from specq.pipeline.plan import PlanRequest, fits, parse_memory, plan_memory
-from specq.pipeline.plan.planner import LMDEPLOY_BLOCK_SIZE
+from specq.pipeline.plan.planner import LMDEPLOY_BLOCK_SIZE, MemoryPlan
 
 from .conftest import write_quantized
 from .reference import write_reference
@@ -88,8 +88,20 @@ def test_the_public_5_layer_drafter_does_not_fit_24gib(ref5: tuple[Checkpoint, C
     KV cache); the advice names serving without the drafter."""
     p = plan_memory(*ref5, PlanRequest.from_config(resolve_config(PRESET)))
     assert not p.fits and p.max_session_len == 0
-    assert any("without the drafter" in a for a in p.advice)
+    # the target alone (no draft tokens: its MTP head does not draft either) fits, and the advice says how far
+    alone = plan_memory(
+        ref5[0],
+        None,
+        PlanRequest.from_config(resolve_config(PRESET, flags={"model": {"num_draft_tokens": 0}})),
+    )
+    assert alone.fits
+    assert (
+        f"serve without the drafter (frees its weights and KV; fits session_len 8192 at batch 1, "
+        f"longest session_len {alone.max_session_len}, cache_max_entry_count {alone.cache_max_entry_count})"
+    ) in p.advice
     assert not any("int8" in a for a in p.advice)  # no KV room at all: halving KV bytes would not fit it
+    # the weights and fixed costs leave no room that a smaller prefill budget could free
+    assert not any("prefill" in a for a in p.advice)
     short = resolve_config(PRESET, flags={"plan": {"session_len": 256}})
     assert not plan_memory(*ref5, PlanRequest.from_config(short)).fits
 
@@ -147,6 +159,70 @@ def test_too_long_session_gets_advice(ref: tuple[Checkpoint, Checkpoint]) -> Non
     assert any(
         a.startswith("int8") and a.endswith(f"longest session_len {int8.max_session_len}") for a in p.advice
     )
+
+
+def prefill_plan(ref: tuple[Checkpoint, Checkpoint], prefill: int, ratio: float) -> MemoryPlan:
+    flags = {"plan": {"max_prefill_token_num": prefill}}
+    return plan_memory(
+        *ref, PlanRequest.from_config(resolve_config(PRESET, flags=flags)), cache_max_entry_count=ratio
+    )
+
+
+def test_smaller_prefill_advice_names_the_budget_that_fits(ref: tuple[Checkpoint, Checkpoint]) -> None:
+    """cache_max_entry_count 0.41 with an 8192-token prefill budget: LMDeploy halves it to 4096, whose
+    activations do not fit the 59 % left beside the KV cache; 1024 does not either, 512 does."""
+    p = prefill_plan(ref, 8192, 0.41)
+    assert not p.fits and p.max_prefill_token_num == 4096
+    assert not prefill_plan(ref, 1024, 0.41).fits
+    fit = prefill_plan(ref, 512, 0.41)
+    assert fit.fits
+    advice = [a for a in p.advice if "--max-prefill-token-num" in a]
+    assert advice == [
+        "LMDeploy --max-prefill-token-num 512 (engine.max_prefill_token_num = 512; fits session_len 8192 at "
+        f"batch 1, longest session_len {fit.max_session_len})"
+    ]
+
+
+def test_no_prefill_advice_where_no_budget_fits(ref: tuple[Checkpoint, Checkpoint]) -> None:
+    """LMDeploy's default cache_max_entry_count 0.8 leaves too little beside the KV cache at every budget
+    down to 256, so the advice does not name a smaller one (it used to, for any budget over 1024)."""
+    p = prefill_plan(ref, 8192, 0.8)
+    assert not p.fits and p.max_prefill_token_num == 4096
+    assert not any(prefill_plan(ref, n, 0.8).fits for n in (2048, 1024, 512, 256))
+    assert not any("prefill" in a for a in p.advice)
+    assert p.advice  # what does help is still named
+    assert not any("without the drafter" in a for a in p.advice)  # 0.8 leaves too little without it too
+    alone = plan_memory(
+        ref[0],
+        None,
+        PlanRequest.from_config(
+            resolve_config(
+                PRESET, flags={"model": {"num_draft_tokens": 0}, "plan": {"max_prefill_token_num": 8192}}
+            )
+        ),
+        cache_max_entry_count=0.8,
+    )
+    assert not alone.fits
+
+
+def test_drafter_advice_only_where_the_target_alone_fits(ref5: tuple[Checkpoint, Checkpoint]) -> None:
+    """On 21 GiB the weights of both do not fit and the target's alone leave room for the session: the advice
+    names the drafter. On 20 GiB the target alone does not fit either, nor does a 131072-token session on
+    24 GiB: no drafter advice."""
+
+    def at(**planned: object) -> MemoryPlan:
+        return plan_memory(*ref5, PlanRequest.from_config(resolve_config(PRESET, flags={"plan": planned})))
+
+    p = at(gpu_memory="21GiB")
+    assert not p.fits and "weights alone" in p.verdict
+    assert p.advice[0] == "use a GPU with more memory or a smaller quantization"
+    assert any(
+        a.startswith("serve without the drafter (frees its weights and KV; fits session_len 8192")
+        for a in p.advice
+    )
+    for p in (at(gpu_memory="20GiB"), at(session_len=131072)):
+        assert not p.fits
+        assert not any("drafter" in a for a in p.advice), p.advice
 
 
 def test_batch_scales_kv_and_state(ref: tuple[Checkpoint, Checkpoint]) -> None:

@@ -115,6 +115,20 @@ def test_heads_that_do_not_split_are_refused(ref: tuple[Checkpoint, Checkpoint],
         plan(ref[0], Checkpoint(dflash6), tp=4)
 
 
+def test_tp_advice_only_where_twice_the_gpus_fit(ref: tuple[Checkpoint, Checkpoint]) -> None:
+    """Two 12 GiB cards do not hold the target's shards; four do, and the advice says so. Eight 4 GiB cards
+    do not either, and 16 do not divide the 24 attention heads: no --tp advice."""
+    p = plan(ref[0], None, tp=2, gpu_memory="12GiB")
+    four = plan(ref[0], None, tp=4, gpu_memory="12GiB")
+    assert not p.fits and four.fits
+    assert [a for a in p.advice if a.startswith("--tp")] == [
+        "--tp 4 on GPUs of 12.00 GiB (weights, KV and state split further; fits session_len 8192 at batch 1, "
+        f"longest session_len {four.max_session_len}, cache_max_entry_count {four.cache_max_entry_count})"
+    ]
+    p = plan(ref[0], None, tp=8, gpu_memory="4GiB")
+    assert not p.fits and not any("--tp" in a for a in p.advice)
+
+
 def test_embedded_engine_refuses_tp(ref: tuple[Checkpoint, Checkpoint]) -> None:
     with pytest.raises(UsageError, match="embedded engine runs on one device"):
         plan(ref[0], None, tp=2, engine="embedded")
