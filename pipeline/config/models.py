@@ -58,6 +58,11 @@ class EngineSection(Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
     eager_mode: bool = False
+    step_patch: bool = Field(
+        False,
+        description="LMDeploy PyTorch engine: apply specq's spec-step patch (less host work a speculative "
+        "step; lmdeploy 0.18.0 only; docs/step-cost.md)",
+    )
     ready_timeout_s: float = Field(600.0, gt=0)
     max_queue: int = Field(64, ge=1, description="embedded engine: waiting requests before 429")
     api_keys_env: str | None = Field(None, description="environment variable holding the API key(s)")

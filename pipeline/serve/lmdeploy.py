@@ -65,16 +65,22 @@ class LMDeployEngine(ProcessEngine):
         """The PyTorch engine on a quantized Gated DeltaNet target: specq's LMDeploy patch must run in it."""
         return self.spec.backend == "pytorch" and needs_compat(self.spec.target)
 
+    def compat(self) -> list[lmdeploy_compat.CompatStatus]:
+        """The compatibility patches this launch runs: qwen35-awq-bf16 where the target needs it, spec-step
+        where `engine.step_patch` asks for it (the PyTorch engine only: resolve_spec refuses TurboMind)."""
+        out = [lmdeploy_compat.status()] if self.needs_compat() else []
+        if self.spec.options.step_patch and self.spec.backend == "pytorch":
+            out.append(lmdeploy_compat.status(patch=lmdeploy_compat.STEP_PATCH))
+        return out
+
     def child_env(self) -> dict[str, str]:
-        """The server's environment; with the compatibility patch, `boot/` on PYTHONPATH so that every
-        process LMDeploy starts (the spawned engine, ray workers) patches itself, and each patched module
-        recorded in the run's `compat.log`."""
+        """The server's environment; with a compatibility patch, `boot/` on PYTHONPATH so that every process
+        LMDeploy starts (the spawned engine, ray workers) patches itself, and each patched module recorded in
+        the run's `compat.log`."""
         env = super().child_env()
-        if not self.needs_compat():
-            return env
-        compat = lmdeploy_compat.status()
-        env = lmdeploy_compat.launch_env(env, compat)
-        if compat.needs_hook:
+        compat = self.compat()
+        env = lmdeploy_compat.launch_env(env, *compat)
+        if any(c.needs_hook for c in compat):
             env[lmdeploy_compat.hook.LOG_ENV] = str(self.run_dir / "compat.log")
         return env
 
@@ -88,6 +94,9 @@ class LMDeployEngine(ProcessEngine):
         require_lmdeploy(self.spec.backend or "turbomind", self.spec.speculative, self.spec.request)
         if self.needs_compat():
             compat = lmdeploy_compat.require(f"{self.spec.target.name} (quantized, Gated DeltaNet)")
+            self.progress(compat.summary())
+        if self.spec.options.step_patch:
+            compat = lmdeploy_compat.require("engine.step_patch", lmdeploy_compat.STEP_PATCH)
             self.progress(compat.summary())
 
     def prepare(self) -> None:

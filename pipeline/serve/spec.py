@@ -41,6 +41,7 @@ class ServerOptions:
     distributed_executor_backend: str | None = None
     enable_prefix_caching: bool = False
     eager_mode: bool = False
+    step_patch: bool = False
     max_queue: int = 64
     ready_timeout_s: float = 600.0
     max_new_tokens: int = 256
@@ -78,7 +79,8 @@ class ServeRequest:
             max_batch_size=e.max_batch_size, tp=e.tp,
             distributed_executor_backend=e.distributed_executor_backend,
             enable_prefix_caching=e.enable_prefix_caching,
-            eager_mode=e.eager_mode, max_queue=e.max_queue, ready_timeout_s=e.ready_timeout_s,
+            eager_mode=e.eager_mode, step_patch=e.step_patch, max_queue=e.max_queue,
+            ready_timeout_s=e.ready_timeout_s,
             max_new_tokens=cfg.generation.max_new_tokens, trust_remote_code=m.trust_remote_code,
             dflash_block_size=cfg.speculative.dflash_block_size, api_keys_env=e.api_keys_env,
             api_keys_file=e.api_keys_file,
@@ -252,6 +254,8 @@ def resolve_spec(request: ServeRequest, progress: Progress = null_progress) -> S
             request = _pytorch_dtype(request, target, progress)
     elif request.backend not in ("auto",):
         progress(f"--backend {request.backend} applies to LMDeploy only; the embedded engine ignores it")
+    if server != "lmdeploy" and request.options.step_patch:
+        progress("engine.step_patch applies to LMDeploy's PyTorch engine; the embedded engine ignores it")
     draft_fp16 = _fp16_drafter(target, draft, backend, progress)
 
     host = request.host
@@ -283,6 +287,11 @@ def _lmdeploy_backend(request: ServeRequest, method: str | None, target: Checkpo
             "TurboMind does no speculative decoding in LMDeploy 0.18; "
             "use --backend pytorch (or draft tokens 0)"
         )
+    if request.options.step_patch and backend == "turbomind":
+        raise UsageError(
+            "engine.step_patch patches LMDeploy's PyTorch engine: serve with --backend pytorch, or set "
+            "engine.step_patch = false"
+        )
     if method == "dflash" and request.options.enable_prefix_caching:
         raise UsageError(
             "LMDeploy 0.18 refuses prefix caching together with DFlash; drop --enable-prefix-caching "
@@ -295,6 +304,8 @@ def _lmdeploy_backend(request: ServeRequest, method: str | None, target: Checkpo
 
         if needs_compat(target):  # an LMDeploy the compatibility patch does not know: before any launch
             lmdeploy_compat.require(f"{target.name} (quantized, Gated DeltaNet)")
+        if request.options.step_patch:
+            lmdeploy_compat.require("engine.step_patch", lmdeploy_compat.STEP_PATCH)
         refusal = pytorch_engine_refusal(target)
         if refusal:
             raise UsageError(refusal)

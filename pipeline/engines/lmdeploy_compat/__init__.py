@@ -19,11 +19,18 @@ the diff in memory, checks the result's sha256, and runs that source instead. Wi
 does nothing; on any mismatch it leaves the module as it is and says so on stderr. specq itself refuses
 before any launch when the installed LMDeploy is not the one the patch knows (`status`), in one line.
 
+The second patch, `spec-step` (0.18.0 only, opt-in with `engine.step_patch`), cuts host work from the
+speculative decode step: a greedy rejection path that does not expand every sampling field to k + 1 rows,
+no eager FA3 scheduler metadata for a step that a CUDA graph replays (the graph builds its own), and an
+output poll that yields without a 1 ms timer (`spec-step.diff`; measured in docs/step-cost.md). It goes
+through the same hook: `SPECQ_LMDEPLOY_COMPAT` then names both patches, comma-separated.
+
 This module reads files only (no lmdeploy import, no torch), so `specq doctor`, `convert` and `plan` can ask
 it on any machine."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import re
@@ -37,6 +44,7 @@ from . import hook
 ENV = hook.ENV
 BOOT_DIR = Path(__file__).resolve().parent / "boot"
 PATCH = hook.PATCHES["qwen35-awq-bf16"]
+STEP_PATCH = hook.PATCHES["spec-step"]
 SUPPORTED_VERSION = PATCH.version
 
 State = Literal["applies", "patched-on-disk", "absent", "unknown-version", "modified"]
@@ -47,6 +55,7 @@ class CompatStatus:
     """What the layer can do with the LMDeploy installed here."""
 
     state: State
+    patch: str = PATCH.name
     version: str | None = None
     location: str | None = None
     detail: str = ""
@@ -54,7 +63,7 @@ class CompatStatus:
 
     @property
     def ok(self) -> bool:
-        """4-bit Qwen3.5 can be served: the hook will patch the files, or they are patched on disk already."""
+        """The patch's code will run: the hook will patch the files, or they are patched on disk already."""
         return self.state in ("applies", "patched-on-disk")
 
     @property
@@ -65,9 +74,9 @@ class CompatStatus:
         """One line for doctor and for refusals."""
         where = f" at {self.location}" if self.location else ""
         if self.state == "applies":
-            return f"lmdeploy {self.version}{where}: specq applies {PATCH.name} to the processes it starts"
+            return f"lmdeploy {self.version}{where}: specq applies {self.patch} to the processes it starts"
         if self.state == "patched-on-disk":
-            return f"lmdeploy {self.version}{where}: {PATCH.name} is already applied on disk"
+            return f"lmdeploy {self.version}{where}: {self.patch} is already applied on disk"
         if self.state == "absent":
             return "lmdeploy is not installed"
         return f"lmdeploy {self.version or '(unknown version)'}{where}: {self.detail}"
@@ -96,44 +105,45 @@ def installed_version(pkg: Path) -> str | None:
     return m.group(1) if m else None
 
 
-def status(pkg: Path | None = None) -> CompatStatus:
-    """The layer against the LMDeploy at `pkg` (default: the installed one)."""
+def status(pkg: Path | None = None, patch: hook.Patch = PATCH) -> CompatStatus:
+    """`patch` (default: qwen35-awq-bf16) against the LMDeploy at `pkg` (default: the installed one)."""
     pkg = pkg if pkg is not None else lmdeploy_dir()
     if pkg is None:
-        return CompatStatus(state="absent")
+        return CompatStatus(state="absent", patch=patch.name)
     version, location = installed_version(pkg), str(pkg)
-    if version != SUPPORTED_VERSION:
+    if version != patch.version:
         return CompatStatus(
             state="unknown-version",
+            patch=patch.name,
             version=version,
             location=location,
-            detail=f"specq's {PATCH.name} patch knows lmdeploy=={SUPPORTED_VERSION} only; "
-            f"install it with: pip install 'lmdeploy=={SUPPORTED_VERSION}'",
+            detail=f"specq's {patch.name} patch knows lmdeploy=={patch.version} only; "
+            f"install it with: pip install 'lmdeploy=={patch.version}'",
         )
-    files = {rel: hook.file_state(pkg.parent / rel, PATCH.files[rel]) for rel in PATCH.files}
+    files = {rel: hook.file_state(pkg.parent / rel, patch.files[rel]) for rel in patch.files}
+    found = CompatStatus(state="modified", patch=patch.name, version=version, location=location, files=files)
     if all(s == "original" for s in files.values()):
-        return CompatStatus(state="applies", version=version, location=location, files=files)
+        return dataclasses.replace(found, state="applies")
     if all(s == "patched" for s in files.values()):
-        return CompatStatus(state="patched-on-disk", version=version, location=location, files=files)
+        return dataclasses.replace(found, state="patched-on-disk")
     other = ", ".join(sorted(rel for rel, s in files.items() if s != "original"))
-    return CompatStatus(
-        state="modified",
-        version=version,
-        location=location,
-        files=files,
-        detail=f"{other} differ from lmdeploy {SUPPORTED_VERSION}'s recorded sha256, so specq's "
-        f"{PATCH.name} patch cannot be applied; reinstall it: pip install --force-reinstall "
-        f"'lmdeploy=={SUPPORTED_VERSION}'",
+    return dataclasses.replace(
+        found,
+        detail=f"{other} differ from lmdeploy {patch.version}'s recorded sha256, so specq's "
+        f"{patch.name} patch cannot be applied; reinstall it: pip install --force-reinstall "
+        f"'lmdeploy=={patch.version}'",
     )
 
 
-def launch_env(env: dict[str, str], compat: CompatStatus) -> dict[str, str]:
-    """`env` for an LMDeploy server whose engine needs the patch: `boot/` first on PYTHONPATH and the patch
-    named in `SPECQ_LMDEPLOY_COMPAT`. Unchanged when the files are patched on disk already."""
-    if not compat.needs_hook:
+def launch_env(env: dict[str, str], *compat: CompatStatus) -> dict[str, str]:
+    """`env` for an LMDeploy server whose engine needs these patches: `boot/` first on PYTHONPATH and the
+    patches the hook must apply named in `SPECQ_LMDEPLOY_COMPAT`. Unchanged when none needs the hook (each is
+    patched on disk already)."""
+    names = [c.patch for c in compat if c.needs_hook]
+    if not names:
         return env
     path = [str(BOOT_DIR), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
-    return {**env, "PYTHONPATH": os.pathsep.join(path), ENV: PATCH.name}
+    return {**env, "PYTHONPATH": os.pathsep.join(path), ENV: ",".join(names)}
 
 
 def refusal(compat: CompatStatus, what: str) -> str | None:
@@ -141,14 +151,14 @@ def refusal(compat: CompatStatus, what: str) -> str | None:
     if compat.ok or compat.state == "absent":  # absent: the lmdeploy preflight says so on its own
         return None
     return (
-        f"{what} needs specq's LMDeploy compatibility patch ({PATCH.name}), which does not apply here: "
+        f"{what} needs specq's LMDeploy compatibility patch ({compat.patch}), which does not apply here: "
         f"{compat.summary()}"
     )
 
 
-def require(what: str) -> CompatStatus:
-    """The status, when `what` can be served with it; else EnvironmentMissing (exit 4) with one line."""
-    compat = status()
+def require(what: str, patch: hook.Patch = PATCH) -> CompatStatus:
+    """`patch`'s status, when `what` can be served with it; else EnvironmentMissing (exit 4) with one line."""
+    compat = status(patch=patch)
     why = refusal(compat, what)
     if why:
         raise EnvironmentMissing(why)

@@ -1,13 +1,14 @@
 """The import hook that applies a recorded LMDeploy patch in memory (standard library only: it runs at the
 start-up of every Python process that specq launches LMDeploy in, before anything else is imported).
 
-`install()` does nothing unless the environment variable `SPECQ_LMDEPLOY_COMPAT` names a known patch. Then
-a meta-path finder intercepts the patch's modules: it reads each installed file, requires the sha256 recorded
-for LMDeploy's original, applies the unified diff (exact context, no fuzz), requires the sha256 recorded for
-the patched file, and executes that source in place of the file's (never its cached bytecode). On any mismatch
-the module is imported unpatched and one line on stderr says why. Each patched module gets
-`__specq_compat__` (the patch name), and with `SPECQ_LMDEPLOY_COMPAT_LOG` set, one line per patched module
-and process is appended to that file (how a GPU test shows that the engine's own process ran the patch)."""
+`install()` does nothing unless the environment variable `SPECQ_LMDEPLOY_COMPAT` names known patches
+(comma-separated; no two touch the same module). Then a meta-path finder per patch intercepts its modules:
+it reads each installed file, requires the sha256 recorded for LMDeploy's original, applies the unified diff
+(exact context, no fuzz), requires the sha256 recorded for the patched file, and executes that source in
+place of the file's (never its cached bytecode). On any mismatch the module is imported unpatched and one
+line on stderr says why. Each patched module gets `__specq_compat__` (the patch name), and with
+`SPECQ_LMDEPLOY_COMPAT_LOG` set, one line per patched module and process is appended to that file (how a GPU
+test shows that the engine's own process ran the patch)."""
 
 from __future__ import annotations
 
@@ -55,7 +56,28 @@ PATCHES = {
                 "ad9e9d47452ff307f9b38aa5e36caebef0874efd4590212e224f7e175d54a88d",
             ),
         },
-    )
+    ),
+    # opt-in (engine.step_patch): less host work in the PyTorch engine's speculative step; what each of its
+    # three parts does and what it was measured to save: docs/step-cost.md
+    "spec-step": Patch(
+        name="spec-step",
+        version="0.18.0",
+        diff="spec-step.diff",
+        files={
+            "lmdeploy/pytorch/spec_decode/spec_agent.py": (
+                "d4a6c0ab96ecdfa0b7c7d3c36f97657864989ad7bf2a8cf64eff5e1d9288b15b",
+                "a7c19690eeac46c4a5819b57cef78d654c595b986bd524b2770daab951e2a9d9",
+            ),
+            "lmdeploy/pytorch/backends/cuda/attention/fa3.py": (
+                "31f6ae15836eab10336abe5859541b72d04e71ff89e30778cfccdbd6d9c58245",
+                "13d32efa2a956a18cfb213cff2dd69851e1dbaa26aedb9c7bcd21ac46004f49a",
+            ),
+            "lmdeploy/pytorch/engine/model_agent/agent.py": (
+                "99fb1968a3fb086d99eb018e352b1db4df2c5900a2b7fc461438da585f406913",
+                "dd9f9ec3e4338a0f03e7f50b863a2f8aeaa36cbdeb1b5464288f07744806ebcc",
+            ),
+        },
+    ),
 }
 
 
@@ -197,14 +219,18 @@ class Finder(importlib.abc.MetaPathFinder):
         return importlib.util.spec_from_file_location(fullname, spec.origin, loader=loader)
 
 
-def install() -> Finder | None:
-    """Put the patch named in `SPECQ_LMDEPLOY_COMPAT` in front of the import system (once)."""
-    patch = PATCHES.get(os.environ.get(ENV, ""))
-    if patch is None:
-        return None
-    for f in sys.meta_path:
-        if isinstance(f, Finder) and f.patch.name == patch.name:
-            return f
-    finder = Finder(patch)
-    sys.meta_path.insert(0, finder)
-    return finder
+def install() -> list[Finder]:
+    """Put each patch named in `SPECQ_LMDEPLOY_COMPAT` (comma-separated) in front of the import system, once;
+    unknown names are ignored. Returns the finders of the named patches."""
+    finders = []
+    for name in os.environ.get(ENV, "").split(","):
+        patch = PATCHES.get(name.strip())
+        if patch is None:
+            continue
+        mine = (f for f in sys.meta_path if isinstance(f, Finder) and f.patch.name == patch.name)
+        finder = next(mine, None)
+        if finder is None:
+            finder = Finder(patch)
+            sys.meta_path.insert(0, finder)
+        finders.append(finder)
+    return finders

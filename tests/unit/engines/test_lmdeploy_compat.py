@@ -31,11 +31,6 @@ def tree(tmp_path: Path) -> Path:
     return site
 
 
-def test_fixture_files_are_lmdeploy_0180_originals() -> None:
-    for rel, (orig, _) in compat.PATCH.files.items():
-        assert hook.file_state(FIXTURE / rel, (orig, "")) == "original", rel
-
-
 @pytest.mark.parametrize("rel", [CONFIG, AWQ])
 def test_the_diff_applies_in_memory_to_the_recorded_patched_hash(rel: str) -> None:
     original = (FIXTURE / rel).read_bytes()

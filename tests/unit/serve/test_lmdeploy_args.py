@@ -315,3 +315,56 @@ def test_dry_run_shows_the_environment_the_patch_needs(
     code, out, _ = cli("serve", str(_qwen35(tmp_path)), "--engine", "lmdeploy", "--backend", "pytorch",
                        "--dry-run")  # fmt: skip
     assert code == 0 and out.splitlines()[0].startswith(sys.executable)
+
+
+def test_step_patch_names_spec_step_for_every_process_the_server_starts(
+    tmp_path: Path, ckpts: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`engine.step_patch` on the PyTorch engine: the spec-step patch rides in the server's environment, alone
+    on a plain target and beside qwen35-awq-bf16 on a 4-bit Qwen3.5; without it, nothing is set."""
+    from specq.pipeline.engines import lmdeploy_compat
+
+    monkeypatch.syspath_prepend(str(_lmdeploy_site(tmp_path)))
+    on = {"backend": "pytorch", "step_patch": True}
+    dflash = {"draft_model_path": str(ckpts["dflash"]), "num_draft_tokens": 7}
+    env = engine_for(tmp_path, ckpts["target"], on, model=dflash).child_env()
+    assert env[lmdeploy_compat.ENV] == "spec-step"
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(lmdeploy_compat.BOOT_DIR)
+    assert env[lmdeploy_compat.hook.LOG_ENV] == str(tmp_path / "run" / "compat.log")
+    q35 = engine_for(tmp_path, _qwen35(tmp_path, "float16", AWQ_Q), on).child_env()
+    assert q35[lmdeploy_compat.ENV] == "qwen35-awq-bf16,spec-step"
+    off = engine_for(tmp_path, ckpts["target"], {"backend": "pytorch"}, model=dflash).child_env()
+    assert lmdeploy_compat.ENV not in off
+
+
+def test_step_patch_refused_on_turbomind_in_one_line(tmp_path: Path, ckpts: dict[str, Path]) -> None:
+    with pytest.raises(UsageError) as e:
+        engine_for(tmp_path, ckpts["target"], {"backend": "turbomind", "step_patch": True})
+    assert "engine.step_patch" in str(e.value) and "--backend pytorch" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_step_patch_refused_when_a_file_it_patches_was_changed(
+    tmp_path: Path, ckpts: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = _lmdeploy_site(tmp_path)
+    fa3 = site / "lmdeploy/pytorch/backends/cuda/attention/fa3.py"
+    fa3.write_text(fa3.read_text() + "# local edit\n")
+    monkeypatch.syspath_prepend(str(site))
+    with pytest.raises(EnvironmentMissing) as e:
+        engine_for(tmp_path, ckpts["target"], {"backend": "pytorch", "step_patch": True})
+    why = str(e.value)
+    assert "engine.step_patch" in why and "spec-step" in why and "attention/fa3.py" in why
+    assert "--force-reinstall" in why and "\n" not in why
+
+
+def test_dry_run_shows_the_step_patch_from_the_environment(
+    tmp_path: Path, ckpts: dict[str, Path], monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    monkeypatch.syspath_prepend(str(_lmdeploy_site(tmp_path)))
+    args = ("serve", str(ckpts["target"]), "--engine", "lmdeploy", "--backend", "pytorch", "--dry-run")
+    code, out, err = cli(*args, env={"SPECQ_ENGINE__STEP_PATCH": "1"})
+    assert code == 0, err
+    assert out.splitlines()[0].startswith("env ") and "SPECQ_LMDEPLOY_COMPAT=spec-step" in out.splitlines()[0]
+    code, out, _ = cli(*args)
+    assert code == 0 and "SPECQ_LMDEPLOY_COMPAT" not in out.splitlines()[0]

@@ -1,8 +1,10 @@
-"""The greedy fast path of greedy-rejection-fast-path.diff against LMDeploy 0.18.0's own path (sampling inputs
-expanded to k+1 rows, then FusedLogitsProcessor, then argmax), on random CPU tensors: the target token ids
-must match in every case. Runs with torch alone; LMDeploy's two files are read from an unpacked 0.18.0 tree.
+"""The greedy fast path of specq's `spec-step` LMDeploy patch (engines/lmdeploy_compat/spec-step.diff)
+against LMDeploy 0.18.0's own path (sampling inputs expanded to k + 1 rows, then FusedLogitsProcessor, then
+argmax), on random CPU tensors: the target token ids must match in every case. The fast path is the patched
+`spec_agent.py`'s own code, cut from the source the compatibility hook produces; torch alone runs it, and
+LMDeploy's files are read from an unpacked 0.18.0 tree (tests/fixtures/lmdeploy-0.18.0 holds the ones needed).
 
-    python benchmarks/lmdeploy_step_patches/check_greedy_fast_path.py SITE   # SITE/lmdeploy/pytorch/...
+    python benchmarks/greedy_fast_path_check.py [SITE]   # SITE/lmdeploy/pytorch/...
 
 Prints the mismatches (0 expected) and each path's host time per step on CPU tensors; exits 1 on a mismatch.
 """
@@ -11,14 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import textwrap
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+ROOT = Path(__file__).resolve().parent.parent
 STUBS = (
     "lmdeploy", "lmdeploy.messages", "lmdeploy.pytorch", "lmdeploy.pytorch.envs", "lmdeploy.pytorch.messages",
     "lmdeploy.pytorch.engine", "lmdeploy.pytorch.engine.guided_process",
@@ -26,8 +31,20 @@ STUBS = (
 
 
 def load(site: Path) -> dict[str, Any]:
-    """`logits_process.py` (with stubs for the imports it needs) and `spec_agent.py`'s
-    `_expand_sampling_inputs`, executed from the 0.18.0 sources."""
+    """`logits_process.py` (with stubs for the imports it needs, taken out of sys.modules again afterwards)
+    and `spec_agent.py`'s `_expand_sampling_inputs`, executed from the 0.18.0 sources."""
+    saved = {name: sys.modules.get(name) for name in STUBS}
+    try:
+        return _load(site)
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
+def _load(site: Path) -> dict[str, Any]:
     for name in STUBS:
         sys.modules[name] = types.ModuleType(name)
     sys.modules["lmdeploy.messages"].LogitsProcessor = object  # type: ignore[attr-defined]
@@ -52,17 +69,27 @@ def load(site: Path) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def fast(m: dict[str, Any], si: Any, logits: torch.Tensor, b: int, n: int) -> torch.Tensor:
-    """The patched code path, as the diff writes it."""
-    scores = logits
-    if si.bad_words is not None:
-        rows = si.bad_words.repeat_interleave(n, 0), si.bad_mask.repeat_interleave(n, 0)
-        scores = m["bad_words"](scores, *rows)
-    if si.stop_words is not None:
-        stop_mask = torch.where((si.num_ignore_eos > 0)[:, None], si.stop_mask, False)
-        rows = si.stop_words.repeat_interleave(n, 0), stop_mask.repeat_interleave(n, 0)
-        scores = m["bad_words"](scores, *rows)
-    return scores.view(b, n, -1).argmax(dim=-1)
+SPEC_AGENT = "lmdeploy/pytorch/spec_decode/spec_agent.py"
+
+
+def patched_fast_path(site: Path) -> Callable[..., torch.Tensor]:
+    """The patched `spec_agent.py`'s greedy fast path, from its first statement to the argmax, as a function
+    of (the module's helpers, sampling inputs, target logits, batch size, k + 1)."""
+    from specq.pipeline.engines.lmdeploy_compat import STEP_PATCH, hook
+
+    source = hook.patched_source(STEP_PATCH, SPEC_AGENT, (site / SPEC_AGENT).read_bytes()).splitlines()
+    start = next(i for i, line in enumerate(source) if "# Greedy fast path" in line)
+    end = next(i for i in range(start, len(source)) if "target_token_ids = " in source[i])
+    block = textwrap.dedent("\n".join(source[start : end + 1]))
+    code = compile(block, SPEC_AGENT, "exec", dont_inherit=True)
+
+    def fast(m: dict[str, Any], si: Any, logits: torch.Tensor, b: int, n: int) -> torch.Tensor:
+        ns = {"torch": torch, "_process_bad_words_": m["bad_words"], "si": si, "target_logits": logits,
+              "batch_size": b, "num_expand_sampling": n}  # fmt: skip
+        exec(code, ns)
+        return ns["target_token_ids"]
+
+    return fast
 
 
 async def original(m: dict[str, Any], si: Any, logits: torch.Tensor, b: int, n: int) -> torch.Tensor:
@@ -70,10 +97,12 @@ async def original(m: dict[str, Any], si: Any, logits: torch.Tensor, b: int, n: 
     return scores.view(b, n, -1).argmax(dim=-1)
 
 
-def main() -> int:
-    m = load(Path(sys.argv[1] if len(sys.argv) > 1 else "."))
-    torch.manual_seed(0)
-    bad, cases, vocab = 0, 300, 64
+def mismatches(site: Path, cases: int = 300, seed: int = 0) -> int:
+    """Random greedy batches (1-4 sequences, 2-16 rows each, bad words and stop words on and off, some
+    sequences still ignoring EOS) on which the fast path's token ids differ from LMDeploy's own path."""
+    m, fast = load(site), patched_fast_path(site)
+    torch.manual_seed(seed)
+    bad, vocab = 0, 64
     for trial in range(cases):
         b, n = int(torch.randint(1, 5, ())), int(torch.randint(2, 17, ()))
         logits = torch.randn(b * n, vocab)
@@ -92,7 +121,15 @@ def main() -> int:
             si.stop_words, si.stop_mask = sw.where(smask, -1), smask
         want = asyncio.run(original(m, si, logits.clone(), b, n))
         bad += int(not torch.equal(want, fast(m, si, logits.clone(), b, n)))
+    return bad
+
+
+def main() -> int:
+    site = Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "tests" / "fixtures" / "lmdeploy-0.18.0")
+    cases = 300
+    bad = mismatches(site, cases)
     print(f"mismatches: {bad} of {cases}")
+    m, fast = load(site), patched_fast_path(site)
 
     b, n = 1, 16
     si = m["SamplingInputs"](
