@@ -15,7 +15,8 @@ LMDeploy (and FlashAttention-3 for k > 0).
 
 Option sets: default (CUDA graphs, --max-batch-size 1: specq's defaults), eager (--eager-mode: no graphs),
 mbs8 (--max-batch-size 8: graphs captured for batches up to 8), mp (LMDEPLOY_EXECUTOR_BACKEND=mp: the model
-agent in a worker process of its own), and any set of environment variables given with --env-option."""
+agent in a worker process of its own), step-patch (engine.step_patch: specq's spec-step patch of LMDeploy),
+and any set of environment variables given with --env-option."""
 
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ OPTIONS: dict[str, tuple[list[str], dict[str, str]]] = {
     # LMDeploy runs the model agent in a worker process of its own instead of on the engine loop's thread
     # (lmdeploy/pytorch/engine/executor/__init__.py reads it before its one-GPU default, 'uni')
     "mp": ([], {"LMDEPLOY_EXECUTOR_BACKEND": "mp"}),
+    # specq's spec-step patch through its compatibility layer (engines/lmdeploy_compat), as a user enables it
+    "step-patch": ([], {"SPECQ_ENGINE__STEP_PATCH": "1"}),
 }
 
 
@@ -86,8 +89,21 @@ def keep_busy(url: str, model: str, until: Path, limit_s: float, max_tokens: int
         while not until.exists() and time.perf_counter() - t0 < limit_s:
             client.post(f"{url}/v1/chat/completions", json=body)
             n += 1
-    time.sleep(2.0)  # the dump is written after the file is created
     return n
+
+
+def wait_complete(path: Path, limit_s: float, sleep=time.sleep) -> bool:
+    """Whether `path` became a whole gzip or JSON document within `limit_s`: the profiler creates the file
+    first and writes it for seconds after (a 7 MB trace was read half-written on the H200, 2026-12-03)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    for _ in range(max(1, int(limit_s))):
+        try:
+            with opener(path, "rt") as f:
+                json.load(f)
+            return True
+        except (OSError, EOFError, ValueError):
+            sleep(1.0)
+    return False
 
 
 def _union(intervals: list[tuple[float, float]]) -> float:
@@ -181,7 +197,12 @@ def run_one(args: argparse.Namespace, option: str, k: int, profile: bool) -> dic
             trace = prof_dir / "trace_0.json.gz"
             limit = args.profile_delay + args.profile_duration + 30 - (time.perf_counter() - t_launch) + 60
             res["profile_requests"] = keep_busy(url, "", trace, max(limit, 10), args.max_tokens)
-            res["profile"] = summarise_trace(trace) if trace.exists() else {"note": "no trace written"}
+            if not trace.exists():
+                res["profile"] = {"note": "no trace written"}
+            elif not wait_complete(trace, 120.0):
+                res["profile"] = {"note": "the trace was not complete after 120 s"}
+            else:
+                res["profile"] = summarise_trace(trace)
     except (ProcessFailed, subprocess.TimeoutExpired, httpx.HTTPError) as e:
         res["error"] = str(e)
     finally:
