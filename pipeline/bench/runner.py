@@ -603,6 +603,18 @@ def mark_twins(report: BenchReport, request: BenchRequest) -> None:
         report.notes.append(twin_note(role, str(path), marker))
 
 
+def note_compat(report: BenchReport, engine: Engine) -> None:
+    """A note naming specq's LMDeploy compatibility patches a server ran with (`engine.step_patch`'s spec-step
+    changes the engine's speed, so a report says so), once per report."""
+    from ..engines.lmdeploy_compat import ENV
+
+    shown = getattr(engine, "shown_env", None)  # what a launched process's environment adds (ProcessEngine)
+    patches = shown().get(ENV) if shown is not None else None
+    note = f"LMDeploy ran with specq's compatibility patches: {patches} (docs/serve.md)" if patches else None
+    if note and note not in report.notes:
+        report.notes.append(note)
+
+
 def target_bytes(request: BenchRequest) -> int | None:
     """The bytes of weights the target reads per decode step (None: no local checkpoint to read), the size at
     which best k reads the step-cost curve."""
@@ -720,6 +732,7 @@ def _sweep(report: BenchReport, ctx: RunContext, factory: EngineFactory, out: Pa
                     url=engine.base_url,
                     model=engine.model_name,
                 )
+            note_compat(report, engine)
             for conc in b.concurrency:
                 run = Run(label=label, draft_tokens=variant.draft_tokens, concurrency=conc,
                           baseline=variant.draft_tokens == 0, engine=engine.name,

@@ -242,3 +242,22 @@ def test_completion_mode_and_prompts_file(synthetic_url, tmp_path):
     )
     assert all(r.output_tokens == MAX_TOKENS and r.chunk_token_source == "chars" for r in run.requests)
     assert report.workload.source == f"file:{prompts}"
+
+
+def test_a_server_with_compatibility_patches_is_named_in_the_report(tmp_path):
+    """A server launched with specq's LMDeploy patches (here spec-step, as `engine.step_patch` sets it) gets
+    one note in the report, whatever the number of servers; servers without them get none."""
+    from specq.pipeline.engines.lmdeploy_compat import ENV
+
+    class Patched(SyntheticEngine):
+        def shown_env(self):
+            return {ENV: "spec-step"}
+
+    def make(request, run_dir, progress):
+        return Patched(request, run_dir, progress, "--step-s", "0.001", "--ttft-s", "0.003")
+
+    report = run_bench(BenchRequest.from_config(config(tmp_path)), engine_factory=make)
+    notes = [n for n in report.notes if "compatibility patches" in n]
+    assert notes == ["LMDeploy ran with specq's compatibility patches: spec-step (docs/serve.md)"]
+    plain = run_bench(BenchRequest.from_config(config(tmp_path / "plain")), engine_factory=factory())
+    assert not any("compatibility patches" in n for n in plain.notes)
