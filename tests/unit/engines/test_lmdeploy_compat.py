@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,16 +18,9 @@ from specq.pipeline.engines.lmdeploy_compat import hook
 from specq.pipeline.errors import EnvironmentMissing
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "lmdeploy-0.18.0"
+
 CONFIG = "lmdeploy/pytorch/config.py"
 AWQ = "lmdeploy/pytorch/backends/cuda/turbomind_awq_modules.py"
-
-
-@pytest.fixture
-def tree(tmp_path: Path) -> Path:
-    """A writable copy of the fixture: site dir holding `lmdeploy/`."""
-    site = tmp_path / "site"
-    shutil.copytree(FIXTURE, site, ignore=shutil.ignore_patterns("__pycache__", "README.md"))
-    return site
 
 
 @pytest.mark.parametrize("rel", [CONFIG, AWQ])

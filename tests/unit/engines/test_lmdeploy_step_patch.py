@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,13 +20,6 @@ FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "lmdeploy-0.18.0"
 SPEC_AGENT = "lmdeploy/pytorch/spec_decode/spec_agent.py"
 FA3 = "lmdeploy/pytorch/backends/cuda/attention/fa3.py"
 AGENT = "lmdeploy/pytorch/engine/model_agent/agent.py"
-
-
-@pytest.fixture
-def tree(tmp_path: Path) -> Path:
-    site = tmp_path / "site"
-    shutil.copytree(FIXTURE, site, ignore=shutil.ignore_patterns("__pycache__", "README.md"))
-    return site
 
 
 def patched(rel: str) -> str:
