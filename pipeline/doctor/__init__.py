@@ -190,6 +190,11 @@ def _compat_check() -> Check:
 
     compat = lmdeploy_compat.status()
     detail = compat.summary()
+    step = lmdeploy_compat.status(patch=lmdeploy_compat.STEP_PATCH)
+    if compat.ok and step.ok:
+        detail += f"; {step.patch} (engine.step_patch) applies too"
+    elif compat.ok and step.state != "absent":
+        detail += f"; {step.patch} (engine.step_patch, opt-in) does not apply: {step.detail}"
     if compat.ok:
         return Check(name="lmdeploy-compat", status="ok", detail=detail, fix=None)
     return Check(

@@ -182,6 +182,12 @@ def test_doctor_says_whether_the_patch_applies(tree: Path, monkeypatch: pytest.M
     monkeypatch.syspath_prepend(str(tree))
     ok = _compat_check()
     assert ok.name == "lmdeploy-compat" and ok.status == "ok" and "specq applies qwen35-awq-bf16" in ok.detail
+    assert "spec-step (engine.step_patch) applies too" in ok.detail
+    fa3 = tree / "lmdeploy/pytorch/backends/cuda/attention/fa3.py"
+    fa3.write_text(fa3.read_text() + "# local edit\n")
+    step_off = _compat_check()  # the opt-in patch cannot apply: said, but no warning for it alone
+    assert step_off.status == "ok" and "attention/fa3.py" in step_off.detail
+    assert "spec-step (engine.step_patch, opt-in) does not apply" in step_off.detail
     v = tree / "lmdeploy" / "version.py"
     v.write_text(v.read_text().replace("'0.18.0'", "'0.18.2'"))
     bad = _compat_check()
