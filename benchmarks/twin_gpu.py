@@ -47,13 +47,14 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_check import budgeted_step, specq  # noqa: E402
+
+from specq.pipeline.bench.telemetry import TelemetrySampler  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "twin" / "qwen3_5-27b-config.json"
@@ -128,49 +129,24 @@ def peaks_vs_plan(plan: dict[str, Any], report: dict[str, Any], draft_tokens: in
     return rows
 
 
-class MemoryTimeline:
+class MemoryTimeline(TelemetrySampler):
     """NVML in a background thread for the whole of a memory step (server start to stop), every `interval_s`:
     the device's used memory and each compute process's own, so the peak can be split into what each process
     holds (a second CUDA context shows up as a second process) and into phases (weights, KV cache, warm-up,
-    prefill). `samples`: [seconds, device used bytes, {pid: used bytes}]."""
+    prefill). `samples`: [seconds, device used bytes, {pid: used bytes}]. bench's NVML sampler with another
+    sample: its set-up, thread and stop are the same; no NVML, no samples."""
 
     def __init__(self, interval_s: float = 0.25, gpu: int = 0):
-        self.interval_s, self.gpu = interval_s, gpu
+        super().__init__(interval_s, gpus=[gpu])
         self.samples: list[list[Any]] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> MemoryTimeline:
-        try:
-            import pynvml as nv
-
-            nv.nvmlInit()
-            self._nv, self._h = nv, nv.nvmlDeviceGetHandleByIndex(self.gpu)
-        except Exception:  # no NVML: the step runs without a timeline
-            return self
-        self._t0 = time.monotonic()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-        return self
-
-    def _loop(self) -> None:
-        nv = self._nv
-        while not self._stop.is_set():
-            try:
-                used = int(nv.nvmlDeviceGetMemoryInfo(self._h).used)
-                procs = {
-                    str(p.pid): int(p.usedGpuMemory or 0)
-                    for p in nv.nvmlDeviceGetComputeRunningProcesses(self._h)
-                }
-                self.samples.append([round(time.monotonic() - self._t0, 2), used, procs])
-            except Exception:
-                pass
-            self._stop.wait(self.interval_s)
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+    def _sample(self) -> None:
+        nv, (_, h) = self._nv, self._handles[0]
+        mem = self._q(nv.nvmlDeviceGetMemoryInfo, h)
+        procs = self._q(nv.nvmlDeviceGetComputeRunningProcesses, h) or []
+        if mem is not None:
+            used = {str(p.pid): int(p.usedGpuMemory or 0) for p in procs}
+            self.samples.append([round(time.perf_counter() - self._t0, 2), int(mem.used), used])
 
     def summary(self) -> dict[str, Any]:
         """The device's first and peak used memory and each process's peak (bytes)."""

@@ -150,6 +150,27 @@ def test_the_memory_timeline_splits_the_peak_by_process():
     assert "device 0.60 GiB used before the server, peak 23.23 GiB" in text and "pid 1084 22.62" in text
 
 
+def test_the_timeline_samples_device_and_process_memory_through_nvml(monkeypatch):
+    """bench's NVML sampler carries the timeline: one sample as it starts and one as it stops, each the
+    device's used memory and every compute process's (a fake NVML stands in for the GPU)."""
+    import sys
+    from types import SimpleNamespace as NS
+
+    used = iter(range(600, 10**6, 100))
+    procs = [NS(pid=7, usedGpuMemory=500), NS(pid=8, usedGpuMemory=None)]
+    nv = NS(
+        nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: f"gpu{i}",
+        nvmlDeviceGetMemoryInfo=lambda h: NS(used=next(used)),
+        nvmlDeviceGetComputeRunningProcesses=lambda h: procs,
+    )  # fmt: skip
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    with MemoryTimeline(interval_s=3600) as tl:
+        pass
+    assert [s[1] for s in tl.samples] == [600, 700]
+    assert all(s[2] == {"7": 500, "8": 0} for s in tl.samples)
+    assert tl.summary()["device_peak_bytes"] == 700
+
+
 def test_plan_terms_keep_what_the_timeline_is_set_against():
     plan = {"peak_bytes": 5, "kv_cache_bytes": 2, "weights_bytes": 1, "verdict": "fits", "rows": []}
     terms = plan_terms(plan)
