@@ -63,6 +63,12 @@ class EngineSection(Section):
         description="LMDeploy PyTorch engine: apply specq's spec-step patch (less host work a speculative "
         "step; lmdeploy 0.18.0 only; docs/step-cost.md)",
     )
+    w4a16_kernel: Literal["auto", "specq", "lmdeploy", "turbomind"] = Field(
+        "auto",
+        description="LMDeploy PyTorch engine, 4-bit AWQ linears: specq's deterministic kernel (lmdeploy "
+        "0.18.0; "
+        "auto: specq where it applies), LMDeploy's Triton kernel, or TurboMind's (fp16; docs/w4a16.md)",
+    )
     ready_timeout_s: float = Field(600.0, gt=0)
     max_queue: int = Field(64, ge=1, description="embedded engine: waiting requests before 429")
     api_keys_env: str | None = Field(None, description="environment variable holding the API key(s)")

@@ -195,6 +195,11 @@ def _compat_check() -> Check:
         detail += f"; {step.patch} (engine.step_patch) applies too"
     elif compat.ok and step.state != "absent":
         detail += f"; {step.patch} (engine.step_patch, opt-in) does not apply: {step.detail}"
+    w4 = lmdeploy_compat.status(patch=lmdeploy_compat.W4A16_PATCH)
+    if compat.ok and w4.ok:
+        detail += f"; 4-bit AWQ linears run specq's W4A16 kernel ({w4.patch}, engine.w4a16_kernel)"
+    elif compat.ok and w4.state != "absent":
+        detail += f"; {w4.patch} does not apply ({w4.detail}): 4-bit linears run LMDeploy's Triton kernel"
     if compat.ok:
         return Check(name="lmdeploy-compat", status="ok", detail=detail, fix=None)
     return Check(

@@ -18,6 +18,14 @@ from .spec import write_fp16_copy
 
 # TurboMind's --model-format values for the quantization methods it reads from HF checkpoints.
 MODEL_FORMATS = {"awq": "awq", "gptq": "gptq"}
+# engine.w4a16_kernel -> LMDeploy's LMDEPLOY_W4A16_GEMM_BACKEND (specq's kernel is the w4a16-specq patch)
+W4A16_ENV = "LMDEPLOY_W4A16_GEMM_BACKEND"
+W4A16_BACKENDS = {"lmdeploy": "triton", "turbomind": "turbomind"}
+W4A16_NAMES = {
+    "specq": "specq (deterministic, pipeline/kernels/w4a16.py)",
+    "lmdeploy": "LMDeploy's Triton AWQ kernel",
+    "turbomind": "TurboMind's W4A16 GEMM (fp16)",
+}
 
 
 class LMDeployEngine(ProcessEngine):
@@ -67,10 +75,13 @@ class LMDeployEngine(ProcessEngine):
 
     def compat(self) -> list[lmdeploy_compat.CompatStatus]:
         """The compatibility patches this launch runs: qwen35-awq-bf16 where the target needs it, spec-step
-        where `engine.step_patch` asks for it (the PyTorch engine only: resolve_spec refuses TurboMind)."""
+        where `engine.step_patch` asks for it (the PyTorch engine only: resolve_spec refuses TurboMind),
+        w4a16-specq where specq's W4A16 kernel runs the 4-bit linears (`ServeSpec.w4a16_kernel`)."""
         out = [lmdeploy_compat.status()] if self.needs_compat() else []
         if self.spec.options.step_patch and self.spec.backend == "pytorch":
             out.append(lmdeploy_compat.status(patch=lmdeploy_compat.STEP_PATCH))
+        if self.spec.w4a16_kernel == "specq":
+            out.append(lmdeploy_compat.status(patch=lmdeploy_compat.W4A16_PATCH))
         return out
 
     def child_env(self) -> dict[str, str]:
@@ -80,6 +91,9 @@ class LMDeployEngine(ProcessEngine):
         env = super().child_env()
         compat = self.compat()
         env = lmdeploy_compat.launch_env(env, *compat)
+        backend = W4A16_BACKENDS.get(self.spec.w4a16_kernel or "")
+        if backend:  # LMDeploy's own choice between its two W4A16 kernels
+            env[W4A16_ENV] = backend
         if any(c.needs_hook for c in compat):
             env[lmdeploy_compat.hook.LOG_ENV] = str(self.run_dir / "compat.log")
         return env
@@ -87,7 +101,7 @@ class LMDeployEngine(ProcessEngine):
     def shown_env(self) -> dict[str, str]:
         """The compatibility patch's variables, when this launch sets them."""
         env = self.child_env()
-        names = ("PYTHONPATH", lmdeploy_compat.ENV, lmdeploy_compat.hook.LOG_ENV)
+        names = ("PYTHONPATH", lmdeploy_compat.ENV, lmdeploy_compat.hook.LOG_ENV, W4A16_ENV)
         return {k: env[k] for k in names if k in env and os.environ.get(k) != env[k]}
 
     def preflight(self) -> None:
@@ -98,6 +112,10 @@ class LMDeployEngine(ProcessEngine):
         if self.spec.options.step_patch:
             compat = lmdeploy_compat.require("engine.step_patch", lmdeploy_compat.STEP_PATCH)
             self.progress(compat.summary())
+        if self.spec.w4a16_kernel == "specq":
+            lmdeploy_compat.require("engine.w4a16_kernel = specq", lmdeploy_compat.W4A16_PATCH)
+        if self.spec.w4a16_kernel:
+            self.progress(f"W4A16 kernel: {W4A16_NAMES[self.spec.w4a16_kernel]}")
 
     def prepare(self) -> None:
         write_fp16_copy(self.spec, self.progress)

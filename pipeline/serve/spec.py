@@ -20,7 +20,7 @@ from ..config.models import EngineSection, ModelSection, PlanSection, SpecqConfi
 from ..engines import ServerName
 from ..engines.parallel import tp_problems
 from ..engines.speculation import KIND_TO_METHOD, MTP_METHODS, check_draft
-from ..errors import UsageError
+from ..errors import EnvironmentMissing, UsageError
 from ..progress import Progress, null_progress
 from .process import free_port
 
@@ -42,6 +42,7 @@ class ServerOptions:
     enable_prefix_caching: bool = False
     eager_mode: bool = False
     step_patch: bool = False
+    w4a16_kernel: str = "auto"
     max_queue: int = 64
     ready_timeout_s: float = 600.0
     max_new_tokens: int = 256
@@ -79,7 +80,8 @@ class ServeRequest:
             max_batch_size=e.max_batch_size, tp=e.tp,
             distributed_executor_backend=e.distributed_executor_backend,
             enable_prefix_caching=e.enable_prefix_caching,
-            eager_mode=e.eager_mode, step_patch=e.step_patch, max_queue=e.max_queue,
+            eager_mode=e.eager_mode, step_patch=e.step_patch, w4a16_kernel=e.w4a16_kernel,
+            max_queue=e.max_queue,
             ready_timeout_s=e.ready_timeout_s,
             max_new_tokens=cfg.generation.max_new_tokens, trust_remote_code=m.trust_remote_code,
             dflash_block_size=cfg.speculative.dflash_block_size, api_keys_env=e.api_keys_env,
@@ -134,6 +136,8 @@ class ServeSpec:
     request: ServeRequest  # what was asked (the preflight checks the models as the user gave them)
     # When set, the drafter is served from this fp16 copy, written (once, cached) just before launch.
     draft_fp16: Path | None = None
+    # The PyTorch engine's kernel for 4-bit AWQ linears ("specq" | "lmdeploy" | "turbomind"); None: none runs
+    w4a16_kernel: str | None = None
 
     @property
     def options(self) -> ServerOptions:
@@ -257,6 +261,7 @@ def resolve_spec(request: ServeRequest, progress: Progress = null_progress) -> S
     if server != "lmdeploy" and request.options.step_patch:
         progress("engine.step_patch applies to LMDeploy's PyTorch engine; the embedded engine ignores it")
     draft_fp16 = _fp16_drafter(target, draft, backend, progress)
+    kernel = w4a16_kernel(request, backend, target, draft if method is not None else None, progress)
 
     host = request.host
     port = request.port
@@ -273,7 +278,45 @@ def resolve_spec(request: ServeRequest, progress: Progress = null_progress) -> S
         model_name=request.model_name or target.name,
         request=request,
         draft_fp16=draft_fp16,
+        w4a16_kernel=kernel,
     )
+
+
+def _is_w4(ckpt: Checkpoint | None) -> bool:
+    q = ckpt.quantization if ckpt is not None else None
+    return q is not None and q.method == "awq" and (q.bits or 4) == 4
+
+
+def w4a16_kernel(
+    request: ServeRequest, backend: str | None, target: Checkpoint, draft: Checkpoint | None,
+    progress: Progress = null_progress,
+) -> str | None:  # fmt: skip
+    """The kernel LMDeploy's PyTorch engine runs the 4-bit AWQ linears of `target` (and a 4-bit drafter)
+    with, from `engine.w4a16_kernel`; None where no such linear runs (TurboMind, the embedded engine, an
+    unquantized model). `auto` is specq's kernel where its patch applies to the LMDeploy installed here, else
+    LMDeploy's Triton kernel (said on stderr). `specq` where the patch does not apply, and `turbomind` where
+    LMDeploy lacks its TurboMind module, are refused before any launch."""
+    choice = request.options.w4a16_kernel
+    if backend != "pytorch" or not (_is_w4(target) or _is_w4(draft)):
+        return None
+    from ..engines import lmdeploy_compat
+
+    if choice == "turbomind":
+        if not lmdeploy_compat.turbomind_module():
+            raise EnvironmentMissing(
+                "engine.w4a16_kernel = turbomind needs LMDeploy's TurboMind module, which this LMDeploy "
+                "lacks; set engine.w4a16_kernel = specq or lmdeploy"
+            )
+        return choice
+    if choice == "lmdeploy":
+        return choice
+    compat = lmdeploy_compat.status(patch=lmdeploy_compat.W4A16_PATCH)
+    if compat.ok or compat.state == "absent":  # absent: the lmdeploy preflight says so on its own
+        return "specq"
+    if choice == "specq":
+        lmdeploy_compat.require("engine.w4a16_kernel = specq", lmdeploy_compat.W4A16_PATCH)
+    progress(f"W4A16 kernel: LMDeploy's Triton kernel (specq's does not apply: {compat.summary()})")
+    return "lmdeploy"
 
 
 def _lmdeploy_backend(request: ServeRequest, method: str | None, target: Checkpoint) -> str:

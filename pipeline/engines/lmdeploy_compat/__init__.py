@@ -25,6 +25,11 @@ no eager FA3 scheduler metadata for a step that a CUDA graph replays (the graph 
 output poll that yields without a 1 ms timer (`spec-step.diff`; measured in docs/step-cost.md). It goes
 through the same hook: `SPECQ_LMDEPLOY_COMPAT` then names both patches, comma-separated.
 
+The third, `w4a16-specq` (0.18.0 only; engine.w4a16_kernel, default `auto`: on where it applies), makes
+`backends/cuda/awq_modules.py` build specq's own W4A16 linear (`pipeline/kernels/lmdeploy_w4a16.py`) for
+every 4-bit AWQ layer the PyTorch engine loads: deterministic and M-invariant, for decode's 1-16 rows
+(docs/w4a16.md).
+
 This module reads files only (no lmdeploy import, no torch), so `specq doctor`, `convert` and `plan` can ask
 it on any machine."""
 
@@ -45,6 +50,7 @@ ENV = hook.ENV
 BOOT_DIR = Path(__file__).resolve().parent / "boot"
 PATCH = hook.PATCHES["qwen35-awq-bf16"]
 STEP_PATCH = hook.PATCHES["spec-step"]
+W4A16_PATCH = hook.PATCHES["w4a16-specq"]
 SUPPORTED_VERSION = PATCH.version
 
 State = Literal["applies", "patched-on-disk", "absent", "unknown-version", "modified"]
@@ -80,6 +86,12 @@ class CompatStatus:
         if self.state == "absent":
             return "lmdeploy is not installed"
         return f"lmdeploy {self.version or '(unknown version)'}{where}: {self.detail}"
+
+
+def turbomind_module(pkg: Path | None = None) -> bool:
+    """Whether the LMDeploy at `pkg` (default: the installed one) has its TurboMind native module."""
+    pkg = pkg if pkg is not None else lmdeploy_dir()
+    return pkg is not None and any((pkg / "turbomind").glob("_turbomind*"))
 
 
 def lmdeploy_dir() -> Path | None:

@@ -78,6 +78,19 @@ PATCHES = {
             ),
         },
     ),
+    # engine.w4a16_kernel = specq (the default where it applies): the PyTorch engine's W4A16 linears run
+    # specq's deterministic kernel (specq.pipeline.kernels.w4a16) instead of LMDeploy's Triton AWQ kernel
+    "w4a16-specq": Patch(
+        name="w4a16-specq",
+        version="0.18.0",
+        diff="w4a16-specq.diff",
+        files={
+            "lmdeploy/pytorch/backends/cuda/awq_modules.py": (
+                "b274e960f9caf7e779ae5e2a468b3e6630be7aac0fa6a82de01ff3ac6a36c9cb",
+                "0cc6848aedaafa2c7abf96bbfb27556511836ee5871bef5b80f76db38d6081e4",
+            ),
+        },
+    ),
 }
 
 

@@ -281,7 +281,8 @@ def test_qwen35_awq_is_served_in_bf16_with_the_compatibility_patch(
         assert cmd[cmd.index("--dtype") + 1] == "bfloat16" and "--model-format" not in cmd
         env = engine.child_env()
         assert env["PYTHONPATH"].split(os.pathsep)[0] == str(lmdeploy_compat.BOOT_DIR)
-        assert env[lmdeploy_compat.ENV] == "qwen35-awq-bf16"
+        # engine.w4a16_kernel's default (auto): specq's kernel for the 4-bit linears, where its patch applies
+        assert env[lmdeploy_compat.ENV] == "qwen35-awq-bf16,w4a16-specq"
         assert env[lmdeploy_compat.hook.LOG_ENV] == str(tmp_path / "run" / "compat.log")
     plain = engine_for(tmp_path, _qwen35(tmp_path), {"backend": "pytorch"}).child_env()
     assert lmdeploy_compat.ENV not in plain  # an unquantized target needs no patch
@@ -332,7 +333,7 @@ def test_step_patch_names_spec_step_for_every_process_the_server_starts(
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(lmdeploy_compat.BOOT_DIR)
     assert env[lmdeploy_compat.hook.LOG_ENV] == str(tmp_path / "run" / "compat.log")
     q35 = engine_for(tmp_path, _qwen35(tmp_path, "float16", AWQ_Q), on).child_env()
-    assert q35[lmdeploy_compat.ENV] == "qwen35-awq-bf16,spec-step"
+    assert q35[lmdeploy_compat.ENV] == "qwen35-awq-bf16,spec-step,w4a16-specq"
     off = engine_for(tmp_path, ckpts["target"], {"backend": "pytorch"}, model=dflash).child_env()
     assert lmdeploy_compat.ENV not in off
 
@@ -368,3 +369,66 @@ def test_dry_run_shows_the_step_patch_from_the_environment(
     assert out.splitlines()[0].startswith("env ") and "SPECQ_LMDEPLOY_COMPAT=spec-step" in out.splitlines()[0]
     code, out, _ = cli(*args)
     assert code == 0 and "SPECQ_LMDEPLOY_COMPAT" not in out.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("kernel", "patches", "backend_env"),
+    [
+        ("auto", "qwen35-awq-bf16,w4a16-specq", None),
+        ("specq", "qwen35-awq-bf16,w4a16-specq", None),
+        ("lmdeploy", "qwen35-awq-bf16", "triton"),
+    ],
+)
+def test_w4a16_kernel_choice_reaches_the_server_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel: str, patches: str, backend_env: str | None
+) -> None:
+    """engine.w4a16_kernel on a 4-bit target: specq's kernel is the w4a16-specq patch; LMDeploy's own choice
+    between its kernels is its LMDEPLOY_W4A16_GEMM_BACKEND."""
+    from specq.pipeline.engines import lmdeploy_compat
+
+    monkeypatch.syspath_prepend(str(_lmdeploy_site(tmp_path)))
+    engine = engine_for(
+        tmp_path, _qwen35(tmp_path, "float16", AWQ_Q), {"backend": "pytorch", "w4a16_kernel": kernel}
+    )
+    env = engine.child_env()
+    assert env[lmdeploy_compat.ENV] == patches
+    assert env.get("LMDEPLOY_W4A16_GEMM_BACKEND") == backend_env
+    assert engine.spec.w4a16_kernel == ("specq" if kernel == "auto" else kernel)
+
+
+def test_no_w4a16_kernel_for_an_unquantized_target_or_turbomind(
+    tmp_path: Path, ckpts: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(_lmdeploy_site(tmp_path)))
+    assert engine_for(tmp_path, ckpts["target"], {"backend": "pytorch"}).spec.w4a16_kernel is None
+    tm = engine_for(tmp_path, ckpts["awq"], {"backend": "turbomind", "w4a16_kernel": "specq"})
+    assert tm.spec.w4a16_kernel is None and "LMDEPLOY_W4A16_GEMM_BACKEND" not in tm.child_env()
+
+
+def test_w4a16_kernel_refusals_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = _lmdeploy_site(tmp_path)
+    monkeypatch.syspath_prepend(str(site))
+    target = _qwen35(tmp_path, "float16", AWQ_Q)
+    with pytest.raises(EnvironmentMissing) as e:  # the fixture has no TurboMind module
+        engine_for(tmp_path, target, {"backend": "pytorch", "w4a16_kernel": "turbomind"})
+    assert "TurboMind module" in str(e.value) and "\n" not in str(e.value)
+    awq = site / "lmdeploy/pytorch/backends/cuda/awq_modules.py"
+    awq.write_text(awq.read_text() + "# local edit\n")
+    with pytest.raises(EnvironmentMissing) as e:  # asked for, and its patch cannot apply
+        engine_for(tmp_path, target, {"backend": "pytorch", "w4a16_kernel": "specq"})
+    assert "engine.w4a16_kernel = specq" in str(e.value) and "awq_modules.py" in str(e.value)
+    assert "\n" not in str(e.value)
+    # auto falls back to LMDeploy's Triton kernel, and says so
+    said: list[str] = []
+    from specq.pipeline.serve.spec import ServeRequest as Req
+    from specq.pipeline.serve.spec import resolve_spec
+
+    cfg = SpecqConfig.model_validate(
+        {
+            "model": {"model_path": str(target)},
+            "engine": {"engine": "lmdeploy", "backend": "pytorch", "port": PORT},
+        }
+    )
+    spec = resolve_spec(Req.from_config(cfg), said.append)
+    assert spec.w4a16_kernel == "lmdeploy"
+    assert any(line.startswith("W4A16 kernel: LMDeploy's Triton kernel") for line in said)

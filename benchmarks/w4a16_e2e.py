@@ -1,0 +1,240 @@
+"""The Qwen3.5-27B-AWQ twin served by LMDeploy's PyTorch engine with each W4A16 kernel, through specq's own
+commands: plain decoding with specq's kernel and with LMDeploy's Triton kernel, and speculative decoding
+(`qwen3_5_mtp`, DFlash) with specq's, side by side on one GPU. Needs LMDeploy 0.18 (PyTorch engine, tilelang
+and flash-linear-attention for Qwen3.5) and, for speculation, FlashAttention-3 (`specq fa3 build`).
+
+    python benchmarks/w4a16_e2e.py --out /tmp/w4e2e --report-dir "$OUT" [--budget 540]
+        [--waves 'plain:specq,plain:lmdeploy;mtp1,mtp2,mtp3;dflash3,dflash7,dflash15'] [--bf16]
+
+--out holds the twin (about 20 GB; kept off the fetched directory); --report-dir the small files.
+
+- twin: `specq twin tests/fixtures/twin/qwen3_5-27b-config.json --quant awq --drafter mtp --drafter dflash
+  --draft-layers 5 --device cuda` (skipped when --out has it); `--bf16` also builds the bf16 twin and adds a
+  plain server on it to the first wave (the reference the AWQ figures are set against).
+- waves: the servers of a wave start together (`specq serve --detach`, cache 0.02 of the GPU each, session
+  4096), then `specq bench --url` measures them one after the other (the same 4 completion prompts, 128
+  greedy tokens each, `--ignore-eos`, warm-up to steady state, 2 trials of a plain server, 1 of a
+  speculative one) while the others sit idle, and
+  they stop. A server is `plain:KERNEL` (k = 0 with engine.w4a16_kernel = KERNEL), `mtpK` or `dflashK`
+  (specq's kernel, K draft tokens).
+
+Outputs in --report-dir: e2e.json (every server's start time, decode rate, τ and step cost against the plain
+specq server, and the text checks: a server's two trials against each other, every speculative server's
+outputs against the plain specq server's) and e2e.md (the tables), plus each bench report and log."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_check import budgeted_step, specq  # noqa: E402
+from twin_gpu import decode_rate  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = ROOT / "tests" / "fixtures" / "twin" / "qwen3_5-27b-config.json"
+WAVES = "plain:specq,plain:lmdeploy,mtp1,mtp3;mtp2,dflash3,dflash7,dflash15"
+PORT = 24300
+CACHE = "0.01"
+
+
+def parse_server(item: str) -> dict[str, Any]:
+    """`plain:KERNEL`, `bf16`, `mtpK` or `dflashK` -> what to launch."""
+    item = item.strip()
+    if item.startswith("plain:"):
+        return {"name": item.replace(":", "-"), "kind": "plain", "k": 0, "kernel": item.split(":", 1)[1]}
+    if item == "bf16":
+        return {"name": "bf16", "kind": "bf16", "k": 0, "kernel": None}
+    for kind in ("mtp", "dflash"):
+        if item.startswith(kind) and item[len(kind) :].isdigit():
+            return {"name": item, "kind": kind, "k": int(item[len(kind) :]), "kernel": "specq"}
+    raise ValueError(f"unknown server {item!r}: plain:KERNEL, bf16, mtpK or dflashK")
+
+
+def parse_waves(text: str) -> list[list[dict[str, Any]]]:
+    return [
+        [parse_server(s) for s in wave.split(",") if s.strip()] for wave in text.split(";") if wave.strip()
+    ]
+
+
+def serve_cmd(s: dict[str, Any], twin: Path, bf16: Path, port: int, run_dir: Path) -> list[str]:
+    target = bf16 if s["kind"] == "bf16" else twin / "target"
+    flags: list[str] = []
+    if s["kind"] == "mtp":
+        flags = ["--method", "qwen3_5_mtp"]
+    elif s["kind"] == "dflash":
+        flags = ["--method", "dflash", "--draft-model", str(twin / "dflash")]
+    return specq(
+        "serve", str(target), "--engine", "lmdeploy", "--backend", "pytorch", *flags,
+        "--draft-tokens", str(s["k"]), "--port", str(port), "--cache-max-entry-count", CACHE,
+        "--session-len", "4096", "--run-dir", str(run_dir), "--detach", "--json",
+    )  # fmt: skip
+
+
+def outputs(report: dict[str, Any] | None) -> list[list[str]]:
+    """Per trial, the output texts in prompt order (a --url report has one run)."""
+    runs = (report or {}).get("runs") or []
+    trials: dict[int, list[tuple[str, int, str]]] = {}
+    for run in runs[:1]:
+        for rec in run.get("requests") or []:
+            trials.setdefault(int(rec.get("trial") or 0), []).append(
+                (str(rec.get("id")), int(rec.get("repeat") or 0), rec.get("output_text") or "")
+            )
+    return [[t for _, _, t in sorted(v)] for _, v in sorted(trials.items())]
+
+
+def tau(report: dict[str, Any] | None) -> float | None:
+    runs = (report or {}).get("runs") or []
+    acc = (runs[0].get("acceptance") or {}) if runs else {}
+    return acc.get("acceptance_length")
+
+
+def compare(a: list[str], b: list[str]) -> dict[str, Any]:
+    pairs = list(zip(a, b, strict=False))
+    equal = sum(x == y for x, y in pairs)
+    first = [
+        next((i for i, (p, q) in enumerate(zip(x, y, strict=False)) if p != q), min(len(x), len(y)))
+        for x, y in pairs
+             if x != y]  # fmt: skip
+    return {"equal": equal, "of": len(pairs), "first_divergence_chars": first}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--report-dir", type=Path, required=True)
+    ap.add_argument("--budget", type=float, default=540.0)
+    ap.add_argument("--waves", default=WAVES)
+    ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--trials", type=int, default=2)
+    args = ap.parse_args(argv)
+    deadline = time.monotonic() + args.budget
+    out, rep = args.out, args.report_dir
+    out.mkdir(parents=True, exist_ok=True)
+    rep.mkdir(parents=True, exist_ok=True)
+    log: list[dict[str, Any]] = []
+    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "servers": []}
+
+    def save() -> None:
+        (rep / "e2e.json").write_text(json.dumps({"steps": log, **results}, indent=1), encoding="utf-8")
+
+    twin = out / "twin27"
+    bf16 = out / "twin27-bf16" / "target"
+    if not (twin / "target").exists():
+        res = budgeted_step("twin", specq(
+            "twin", str(FIXTURE), "--quant", "awq", "--drafter", "mtp", "--drafter", "dflash",
+            "--draft-layers", "5", "--device", "cuda", "--out", str(twin), "--json",
+        ), rep, 300, deadline, 60)  # fmt: skip
+        log.append(res)
+        save()
+    waves = parse_waves(args.waves)
+    if args.bf16:
+        if not bf16.exists():
+            log.append(budgeted_step("twin-bf16", specq(
+                "twin", str(FIXTURE), "--device", "cuda", "--out", str(bf16.parent), "--json",
+            ), rep, 300, deadline, 60))  # fmt: skip
+        waves[0].append(parse_server("bf16"))
+    prompts = rep / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"def function_{i}(x):\n    return"}) + "\n"
+                               for i in range(4)), encoding="utf-8")  # fmt: skip
+    base: dict[str, Any] = {}
+    for n, wave in enumerate(waves):
+        left = deadline - time.monotonic()
+        if left < 150 + 40 * len(wave):
+            log.append({"step": f"wave{n}", "exit": None, "skipped": f"{left:.0f} s left"})
+            break
+        procs = []
+        t0 = time.monotonic()
+        for i, s in enumerate(wave):
+            s["port"] = PORT + 10 * n + i
+            env = dict(os.environ)
+            if s["kernel"]:
+                env["SPECQ_ENGINE__W4A16_KERNEL"] = s["kernel"]
+            cmd = serve_cmd(s, twin, bf16, s["port"], out / f"serve-{s['name']}")
+            procs.append(
+                (
+                    s,
+                    subprocess.Popen(
+                        cmd,
+                        stdout=open(rep / f"serve-{s['name']}.out", "w"),
+                        stderr=open(rep / f"serve-{s['name']}.log", "w"),
+                        env=env,
+                    ),
+                )
+            )
+        for s, p in procs:
+            try:
+                s["start_exit"] = p.wait(timeout=max(deadline - time.monotonic() - 30, 1))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                s["start_exit"] = 124
+            s["ready_s"] = round(time.monotonic() - t0, 1)
+        for s, _ in procs:
+            if s["start_exit"] != 0:
+                results["servers"].append(s)
+                continue
+            name = f"bench-{s['name']}"
+            cmd = specq(
+                "bench", "--url", f"http://127.0.0.1:{s['port']}", "--draft-tokens", str(s["k"]),
+                "--tokenizer",
+                str(twin / "target"), "--prompts", str(prompts), "--mode", "completion", "--requests", "4",
+                "--max-tokens", "128", "--ignore-eos", "--trials", str(args.trials if not s["k"] else 1),
+                "--json",
+                "--out", str(rep / name),
+            )  # fmt: skip
+            res = budgeted_step(name, cmd, rep, 240, deadline, 25, margin=5)
+            log.append(res)
+            try:
+                report = json.loads((rep / name / "report.json").read_text())
+            except (OSError, ValueError):
+                report = None
+            texts = outputs(report)
+            s.update({"decode_tok_s": decode_rate(report), "tau": tau(report), "trials": len(texts)})
+            if len(texts) >= 2:
+                s["trials_agree"] = compare(texts[0], texts[1])
+            if s["name"] == "plain-specq" and texts:
+                base = {"texts": texts[0], "rate": s["decode_tok_s"]}
+            elif base and texts and s["kind"] in ("mtp", "dflash", "plain"):
+                s["vs_plain_specq"] = compare(base["texts"], texts[0])
+            if base.get("rate") and s.get("decode_tok_s") and s["k"]:
+                speed = s["decode_tok_s"] / base["rate"]
+                s["speedup"] = round(speed, 3)
+                if s.get("tau"):
+                    s["step_cost"] = round(s["tau"] / speed, 3)
+            results["servers"].append(s)
+            save()
+        subprocess.run(specq("serve", "stop"), capture_output=True)
+        log.append({"step": f"wave{n}", "exit": 0, "seconds": round(time.monotonic() - t0, 1)})
+        save()
+    for s in results["servers"]:
+        s.pop("cmd", None)
+    save()
+    md = [
+        "| server | kernel | k | ready s | decode tok/s | τ | speedup | step cost | trials agree "
+        "| = plain specq |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in results["servers"]:
+        agree = s.get("trials_agree") or {}
+        vs = s.get("vs_plain_specq") or {}
+        md.append(
+            f"| {s['name']} | {s.get('kernel')} | {s['k']} | {s.get('ready_s')} | {s.get('decode_tok_s')} | "
+            f"{s.get('tau')} | {s.get('speedup')} | {s.get('step_cost')} | "
+            f"{agree.get('equal')}/{agree.get('of')} | {vs.get('equal')}/{vs.get('of')} |"
+        )
+    (rep / "e2e.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+    print("\n".join(md), flush=True)
+    shutil.rmtree(out / "scratch", ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

@@ -1,0 +1,315 @@
+"""W4A16 GEMM at Qwen3.5-27B's linear shapes on one GPU: specq's kernel (`specq.pipeline.kernels.w4a16`)
+against LMDeploy 0.18's Triton AWQ kernel (as its PyTorch engine calls it, casts included), torch's tinygemm
+(`_weight_int4pack_mm`), gemlite's A16W4 and bf16 `F.linear`, at M = 1, 2, 4, 8, 16 rows.
+
+    python benchmarks/w4a16_kernel.py --out DIR [--shapes gate_up,down,...] [--rows 1,2,4,8,16]
+        [--tune] [--candidates all|quick] [--iters 20]
+
+Timing: each measurement is a CUDA graph that runs the op once on each of R copies of the weights (R so
+that
+the copies total at least 256 MB, more than the L2 can hold), replayed `--iters` times after a warm-up; the
+figure is the median replay over R, in µs. Effective bandwidth counts the bytes of the AWQ checkpoint's
+tensors (4-bit weights, fp16 scales, 4-bit zeros) over that time, for every 4-bit kernel alike.
+
+Checks, for specq's kernel, on fresh random inputs: the relative error against the fp32 dequantized reference
+(‖out − ref‖ / ‖ref‖), bitwise equality of two runs (deterministic), of each row computed alone and among M
+rows
+(M-invariant: row i at M = 1 and M = 16), and of the inline-PTX and pure-Triton dequantization.
+
+`--tune` times every candidate configuration per shape first (`w4a16.tune`, 16 rows) and writes the choices to
+the kernel's cache file (and DIR/w4a16-tuned.json). Outputs: DIR/w4a16_kernel.json (every figure) and
+DIR/w4a16_kernel.md (the tables). Needs a CUDA GPU; LMDeploy, gemlite and tinygemm are optional (a missing
+one is reported, not fatal)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specq.pipeline.kernels import w4a16 as W
+
+# (N, K) of Qwen3.5-27B's 4-bit linears and how many of each a decode step runs (64 layers: 48 Gated
+# DeltaNet, 16 full attention; every layer's MLP)
+SHAPES: dict[str, tuple[int, int, int]] = {
+    "gate_up": (34816, 5120, 64),
+    "down": (5120, 17408, 64),
+    "in_proj_qkv": (10240, 5120, 48),
+    "in_proj_z": (6144, 5120, 48),
+    "out_proj/o_proj": (5120, 6144, 64),
+    "qkv_proj": (14336, 5120, 16),
+}
+GROUP = 128
+ROTATE_BYTES = 256 << 20
+
+
+def awq_bytes(n: int, k: int, group: int = GROUP) -> int:
+    return k * n // 2 + (k // group) * n * 2 + (k // group) * n // 2
+
+
+def rand_awq(n: int, k: int, device: str, group: int = GROUP) -> tuple[torch.Tensor, ...]:
+    q = torch.randint(0, 16, (k, n), dtype=torch.uint8, device=device)
+    z = torch.randint(0, 16, (k // group, n), dtype=torch.uint8, device=device)
+    s = (torch.rand(k // group, n, device=device) * 0.02 + 0.002).to(torch.float16)
+    return W.pack_awq(q), W.pack_awq(z), s
+
+
+def graph_time(ops: list[Callable[[], Any]], iters: int) -> float:
+    """Median µs per op of a CUDA graph running `ops` once each."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for op in ops:
+            op()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for op in ops:
+            op()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(iters):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / len(ops))
+    del graph
+    return statistics.median(times)
+
+
+class Kernels:
+    """Each candidate's set-up for one shape: `prepare(copies)` then `op(copy, x)`."""
+
+    def __init__(self, n: int, k: int, awq: list[tuple[torch.Tensor, ...]], dtype: torch.dtype) -> None:
+        self.n, self.k, self.awq, self.dtype = n, k, awq, dtype
+        self.errors: dict[str, str] = {}
+
+    def specq(self) -> Callable[[int, torch.Tensor], torch.Tensor]:
+        packed = [W.pack(qw, qz, s) for qw, qz, s in self.awq]
+        return lambda i, x: W.linear(x, packed[i])
+
+    def lmdeploy(self) -> Callable[[int, torch.Tensor], torch.Tensor]:
+        from lmdeploy.pytorch.backends.cuda.awq_modules import wq_gemm_forward
+
+        return lambda i, x: wq_gemm_forward(
+            x, self.awq[i][0], self.awq[i][1], self.awq[i][2], 4, GROUP, None, self.n
+        )
+
+    def tinygemm(self) -> Callable[[int, torch.Tensor], torch.Tensor]:
+        packed = []
+        for qw, qz, s in self.awq:
+            q = W.unpack_awq(qw).t().contiguous()  # [N, K] 0..15
+            q8 = (q[:, 1::2] << 4 | q[:, ::2]).contiguous()  # [N, K/2] uint8, as torch >= 2.5 takes it
+            wp = torch._convert_weight_to_int4pack(q8, 8)
+            z = W.unpack_awq(qz).to(torch.float32)  # [G, N]
+            sf = s.to(torch.float32)
+            # tinygemm: w = (q - 8) * scale + zero  ->  zero = (8 - z) * scale
+            sz = torch.stack([sf, (8 - z) * sf], dim=-1).to(torch.bfloat16).contiguous()  # [G, N, 2]
+            packed.append((wp, sz))
+        return lambda i, x: torch._weight_int4pack_mm(x, packed[i][0], GROUP, packed[i][1])
+
+    def gemlite(self) -> Callable[[int, torch.Tensor], torch.Tensor]:
+        from gemlite.helper import A16Wn
+
+        layers = []
+        for qw, qz, s in self.awq:
+            q = W.unpack_awq(qw).t().contiguous()  # [N, K]
+            z = W.unpack_awq(qz).t().to(self.dtype).contiguous()  # [N, G]
+            layers.append(
+                A16Wn(device="cuda", dtype=self.dtype).from_weights(
+                    q, s.t().to(self.dtype).contiguous(), z, W_nbits=4, group_size=GROUP
+                )
+            )
+        return lambda i, x: layers[i](x)
+
+    def bf16(self) -> Callable[[int, torch.Tensor], torch.Tensor]:
+        ws = [torch.randn(self.n, self.k, device="cuda", dtype=self.dtype) * 0.02 for _ in self.awq]
+        return lambda i, x: torch.nn.functional.linear(x, ws[i])
+
+
+def checks(n: int, k: int, dtype: torch.dtype) -> dict[str, Any]:
+    """Accuracy, determinism, M-invariance and asm == pure on fresh random inputs of one shape."""
+    qw, qz, s = rand_awq(n, k, "cuda")
+    p = W.pack(qw, qz, s)
+    ref_w = W.dequantize(p)
+    z = W.unpack_awq(qz).float().repeat_interleave(GROUP, 0)
+    awq_w = (W.unpack_awq(qw).float() - z) * s.float().repeat_interleave(GROUP, 0)
+    assert torch.equal(ref_w, awq_w), "the repack is not lossless"
+    x = torch.randn(16, k, device="cuda", dtype=dtype)
+    out = {}
+    y16 = W.linear(x, p)
+    ref = x.float() @ ref_w
+    out["rel_error"] = ((y16.float() - ref).norm() / ref.norm()).item()
+    out["rel_error_bf16_rounding"] = ((ref.to(dtype).float() - ref).norm() / ref.norm()).item()
+    out["deterministic"] = bool(torch.equal(y16, W.linear(x, p)))
+    invariant = True
+    for m in (1, 2, 3, 4, 5, 8, 15):
+        ym = W.linear(x[:m], p)
+        invariant &= bool(torch.equal(ym, y16[:m]))
+    for i in (0, 7, 15):
+        invariant &= bool(torch.equal(W.linear(x[i : i + 1], p)[0], y16[i]))
+    out["m_invariant"] = invariant
+    out["asm_equals_pure"] = bool(torch.equal(y16, W.linear(x, p, dequant=W.DEQUANT_PURE)))
+    out["asm_equals_pairs"] = bool(torch.equal(y16, W.linear(x, p, dequant=W.DEQUANT_PAIRS)))
+    x64 = torch.randn(80, k, device="cuda", dtype=dtype)
+    y64 = W.linear(x64, p)
+    ref64 = x64.float() @ ref_w
+    out["rel_error_m80"] = ((y64.float() - ref64).norm() / ref64.norm()).item()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--rows", default="1,2,4,8,16")
+    ap.add_argument("--kernels", default="specq,lmdeploy,tinygemm,gemlite,bf16")
+    ap.add_argument("--tune", action="store_true")
+    ap.add_argument("--candidates", choices=("all", "quick"), default="all")
+    ap.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--budget", type=float, default=1e9, help="seconds: later kernels and shapes are skipped")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    dtype = getattr(torch, args.dtype)
+    rows = [int(r) for r in args.rows.split(",")]
+    names = [s for s in args.shapes.split(",") if s]
+    kernels = [k for k in args.kernels.split(",") if k]
+    result: dict[str, Any] = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "dtype": args.dtype,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "shapes": {},
+        "tuned": {},
+        "errors": {},
+    }
+    try:
+        import triton
+
+        result["triton"] = triton.__version__
+    except ImportError:
+        pass
+    t0 = time.time()
+    for name in names:
+        n, k, per_step = SHAPES[name]
+        copies = max(2, math.ceil(ROTATE_BYTES / awq_bytes(n, k)))
+        awq = [rand_awq(n, k, "cuda") for _ in range(copies)]
+        if args.tune and "specq" in kernels:
+            cands = W.CANDIDATES if args.candidates == "all" else W.QUICK_CANDIDATES
+            t = time.time()
+            cfg = W.tune(W.pack(*awq[0]), dtype=dtype, candidates=cands, force=True)
+            result["tuned"][name] = {"config": cfg.key(), "seconds": round(time.time() - t, 1)}
+            print(f"tuned {name}: {cfg.key()} ({time.time() - t:.0f} s)", file=sys.stderr, flush=True)
+        entry: dict[str, Any] = {
+            "n": n,
+            "k": k,
+            "per_step": per_step,
+            "bytes": awq_bytes(n, k),
+            "copies": copies,
+            "us": {},
+        }
+        if "specq" in kernels:
+            try:
+                entry["checks"] = checks(n, k, dtype)
+            except Exception as e:  # recorded, the timings still run
+                entry["checks"] = {"error": f"{type(e).__name__}: {e}"}
+        kit = Kernels(n, k, awq, dtype)
+        for kern in kernels:
+            if time.time() - t0 > args.budget:
+                result["errors"][f"{name}/{kern}"] = "skipped: out of budget"
+                continue
+            try:
+                op = getattr(kit, kern)()
+            except Exception as e:
+                result["errors"][f"{name}/{kern}"] = f"{type(e).__name__}: {e}"
+                continue
+            entry["us"][kern] = {}
+            for m in rows:
+                x = torch.randn(m, k, device="cuda", dtype=dtype)
+                try:
+                    us = graph_time([lambda i=i, op=op, x=x: op(i, x) for i in range(copies)], args.iters)
+                except Exception as e:
+                    result["errors"][f"{name}/{kern}/m{m}"] = f"{type(e).__name__}: {e}"
+                    traceback.print_exc(limit=2)
+                    continue
+                entry["us"][kern][str(m)] = round(us, 2)
+        result["shapes"][name] = entry
+        del kit, awq
+        torch.cuda.empty_cache()
+        print(
+            f"{name}: {json.dumps(entry['us'])} checks {entry.get('checks')} ({time.time() - t0:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+    (args.out / "w4a16_kernel.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    if args.tune:
+        cache = W.cache_file(torch.device("cuda"))
+        if cache.exists():
+            (args.out / "w4a16-tuned.json").write_text(cache.read_text(encoding="utf-8"), encoding="utf-8")
+    md = tables(result, rows, kernels)
+    (args.out / "w4a16_kernel.md").write_text(md, encoding="utf-8")
+    print(md)
+    return 0
+
+
+def tables(result: dict[str, Any], rows: list[int], kernels: list[str]) -> str:
+    lines = [f"# W4A16 at Qwen3.5-27B's shapes ({result['gpu']}, {result['date']}, {result['dtype']})", ""]
+    lines.append(
+        "| shape (N×K) | kernel | " + " | ".join(f"M={m} µs" for m in rows) + " | TB/s M=1 | TB/s M=16 |"
+    )
+    lines.append("|---|---|" + "---|" * (len(rows) + 2))
+    step: dict[str, dict[int, float]] = {k: {m: 0.0 for m in rows} for k in kernels}
+    for name, e in result["shapes"].items():
+        for kern, us in e["us"].items():
+            cells = [us.get(str(m)) for m in rows]
+            bw = [e["bytes"] / (u * 1e-6) / 1e12 if u else None for u in (us.get("1"), us.get("16"))]
+            if kern == "bf16":
+                bw = [
+                    e["n"] * e["k"] * 2 / (u * 1e-6) / 1e12 if u else None
+                    for u in (us.get("1"), us.get("16"))
+                ]
+            lines.append(
+                f"| {name} {e['n']}×{e['k']} | {kern} | "
+                + " | ".join(f"{c:.1f}" if c else "–" for c in cells)
+                + " | "
+                + " | ".join(f"{b:.2f}" if b else "–" for b in bw)
+                + " |"
+            )
+            for m in rows:
+                if us.get(str(m)):
+                    step[kern][m] += us[str(m)] * e["per_step"]
+    lines += [
+        "",
+        "Whole step's 4-bit linears (shapes × their count per step), ms:",
+        "",
+        "| kernel | " + " | ".join(f"M={m}" for m in rows) + " |",
+        "|---|" + "---|" * len(rows),
+    ]
+    for kern in kernels:
+        lines.append(f"| {kern} | " + " | ".join(f"{step[kern][m] / 1e3:.2f}" for m in rows) + " |")
+    lines += ["", "Checks (specq):", ""]
+    for name, e in result["shapes"].items():
+        lines.append(f"- {name}: {e.get('checks')}")
+    if result.get("tuned"):
+        lines += ["", f"Tuned: {result['tuned']}"]
+    if result.get("errors"):
+        lines += ["", f"Errors: {result['errors']}"]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""specq's W4A16 kernel as LMDeploy's PyTorch engine builds a W4A16 linear: the object that specq's
+`w4a16-specq` compatibility patch returns from `lmdeploy/pytorch/backends/cuda/awq_modules.py`'s
+`_build_linear_w4a16` (engine.w4a16_kernel = specq).
+
+LMDeploy's `AwqLinear` holds the AWQ gemm tensors it loaded (qweight int32 [K, N/8], scales fp16 [K/g, N],
+qzeros int32 [K/g, N/8]) and, once every weight is loaded, hands them to `update_weights`, whose return values
+it keeps as its parameters; every forward then passes them back. So `update_weights` repacks them once into
+specq's layout (`w4a16.pack`, lossless; the AWQ tensors are released) and makes sure a launch configuration
+is chosen for the shape before any CUDA graph is captured (`w4a16.prepare`); `forward` runs the kernel in the
+activations' dtype (bf16 or fp16), with no cast around it. Only this file and the patch know LMDeploy's
+calling convention; it imports nothing of LMDeploy unless a tensor-parallel all-reduce is asked for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import w4a16
+
+
+class SpecqAwqLinearW4A16Impl:
+    """LMDeploy's `LinearW4A16Impl` interface (`update_weights`, `forward`) on specq's kernel."""
+
+    def __init__(self, in_features: int, out_features: int, w_bit: int, group_size: int) -> None:
+        if w_bit != 4:
+            raise ValueError(f"specq's W4A16 kernel runs 4-bit weights, not {w_bit}-bit")
+        self.in_features = in_features
+        self.out_features = out_features
+        self.w_bit = w_bit
+        self.group_size = group_size
+        self._qweight_ptr: int | None = None
+
+    def update_weights(
+        self,
+        qweight: torch.Tensor,
+        scales: torch.Tensor,
+        qzeros: torch.Tensor,
+        bias: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        packed = w4a16.pack(qweight, qzeros, scales)
+        if packed.n != self.out_features or packed.k != self.in_features:
+            raise ValueError(
+                f"AWQ weights of {packed.k}x{packed.n} for a {self.in_features}x{self.out_features} linear"
+            )
+        w4a16.prepare(packed)
+        self._qweight_ptr = packed.qweight.data_ptr()
+        return packed.qweight, packed.scales, packed.zeros, bias
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        qweight: torch.Tensor,
+        scales: torch.Tensor,
+        qzeros: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        all_reduce: bool = False,
+        group: Any = None,
+    ) -> torch.Tensor:
+        if qweight.data_ptr() != self._qweight_ptr:
+            raise RuntimeError(
+                "specq's W4A16 linear got weights it has not repacked (update_weights was not called after "
+                "loading); serve with engine.w4a16_kernel = lmdeploy to use LMDeploy's kernel"
+            )
+        packed = w4a16.PackedW4(qweight=qweight, scales=scales, zeros=qzeros, group=self.group_size)
+        out = w4a16.linear(x, packed, bias)
+        if out.dim() == 2:  # LMDeploy's linears answer 3-D for a 2-D input
+            out = out.unsqueeze(0)
+        if all_reduce:
+            import lmdeploy.pytorch.distributed as dist
+
+            dist.all_reduce(out, group=group)
+        return out

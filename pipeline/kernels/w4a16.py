@@ -1,0 +1,621 @@
+"""specq's W4A16 linear: 4-bit AWQ weights (group-wise scales and zero points) times bf16 or fp16 activations,
+written for decoding, where a step multiplies 1 to 16 rows (one token, or a speculative verify of k + 1) by
+every weight of the model once, so its time is the time to read the weights.
+
+What it guarantees, and how:
+- **Deterministic and M-invariant.** Every M from 1 to 16 runs one compiled kernel (the rows are padded to
+  16 inside the tensor-core dot), with a launch configuration chosen from the layer's shape (N, K) and the
+  activation dtype only, never from M. Split-K writes each split's fp32 partial sums to a workspace that a
+  second kernel adds up in split order: no atomics. So row i of the output is bit-identical whether it was
+  computed alone or among 16 rows, and two runs of the same input agree bit for bit.
+- **One read of each 4-bit weight, in long runs.** The weights are repacked once, at load, from AWQ's gemm
+  layout (qweight int32 [K, N/8], nibbles along N) to a group-major one (int32 [K/g, N, g/8]: one group's
+  words for every output column, each column's g values of k in 16-byte words; nibble p of a word holds k
+  offset (0, 2, 4, 6, 1, 3, 5, 7)[p], AWQ's own interleave, so one mask-and-or turns a word into two
+  activation-dtype values at once). A block of columns then reads one contiguous run of memory per group
+  (4 KB for 64 columns) rather than 64 bytes per column. The zero points become one byte per
+  (group, column); the scales stay as they are. The repack is lossless: `unpack_awq` of either layout gives
+  the same integers (tests).
+- **Dequantization in registers, scale after the dot.** A 4-bit q and its zero z become the exact small
+  integer q - z in the activation dtype (magic-number trick: bits 0x4300 | q are bf16 128 + q, 0x6400 | q are
+  fp16 1024 + q, so (128 + q) - (128 + z) is exact); the tensor cores multiply those by the activations in
+  fp32, and each group's fp32 partial sum is multiplied by its fp32 scale. Activations are read in their own
+  dtype and the output is written in it: no cast kernels around the GEMM.
+
+M > 16 (prefill) runs the same kernel with 64- or 128-row blocks (fast enough for a prefill, not
+M-invariant with decode). Under Triton's interpreter (`TRITON_INTERPRET=1`, CPU tensors) the kernels run
+their pure-Triton dequantization; on the GPU an inline-PTX version of the same arithmetic (`DEQUANT_ASM`)
+produces the same bits.
+
+`linear(x, packed)` is the entry point; `pack_awq` repacks; `tune` chooses and caches a configuration per GPU
+and shape (`SPECQ_W4A16_CACHE`, default `${SPECQ_CACHE:-~/.cache/specq}/w4a16/<gpu>.json`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+SMALL_M = 16  # every M in 1..SMALL_M runs the same kernel configuration
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # AWQ: nibble i of a word holds column 8w + AWQ_ORDER[i]
+INTERPRET = os.environ.get("TRITON_INTERPRET", "") == "1"
+
+
+@dataclass(frozen=True)
+class Config:
+    """One launch configuration; chosen per (GPU, N, K, dtype), never per M."""
+
+    block_n: int = 128
+    split_k: int = 1
+    num_warps: int = 4
+    num_stages: int = 1
+    prefetch: bool = True
+    gpi: int = 2  # groups an iteration: 1, 2 or 4
+
+    def key(self) -> str:
+        return (
+            f"n{self.block_n}-s{self.split_k}-w{self.num_warps}-st{self.num_stages}-p{int(self.prefetch)}"
+            f"-g{self.gpi}"
+        )
+
+
+@dataclass(frozen=True)
+class PackedW4:
+    """A W4A16 linear's weights in specq's layout (see the module docstring)."""
+
+    qweight: torch.Tensor  # int32 [K // group, N, group // 8]
+    scales: torch.Tensor  # fp16/bf16 [K // group, N]
+    zeros: torch.Tensor  # uint8 [K // group, N]
+    group: int
+
+    @property
+    def n(self) -> int:
+        return self.qweight.shape[1]
+
+    @property
+    def k(self) -> int:
+        return self.qweight.shape[0] * self.qweight.shape[2] * 8
+
+
+# --- the integer layouts ---
+
+
+def unpack_awq(qweight: torch.Tensor) -> torch.Tensor:
+    """AWQ gemm int32 [R, C/8] (nibbles along the last axis, AWQ's order) -> uint8 [R, C] of values 0..15."""
+    shifts = torch.tensor(
+        [4 * AWQ_ORDER.index(c) for c in range(8)], dtype=torch.int32, device=qweight.device
+    )
+    q = (qweight.unsqueeze(-1) >> shifts) & 0xF
+    return q.reshape(*qweight.shape[:-1], qweight.shape[-1] * 8).to(torch.uint8)
+
+
+def pack_awq(q: torch.Tensor) -> torch.Tensor:
+    """uint8 [R, C] of values 0..15 -> int32 [R, C/8], AWQ's nibble order along the last axis (`unpack_awq`'s
+    inverse)."""
+    r, c = q.shape
+    q = q.reshape(r, c // 8, 8).to(torch.int32)
+    out = torch.zeros(r, c // 8, dtype=torch.int32, device=q.device)
+    for i, col in enumerate(AWQ_ORDER):
+        out |= q[:, :, col] << (4 * i)
+    return out
+
+
+def pack(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor) -> PackedW4:
+    """AWQ gemm tensors as LMDeploy loads them (qweight int32 [K, N/8], qzeros int32 [K/g, N/8], scales
+    [K/g, N]) -> specq's layout. Lossless; runs on the tensors' device, one layer at a time."""
+    k, n = qweight.shape[0], qweight.shape[1] * 8
+    groups = qzeros.shape[0]
+    if k % groups or scales.shape != (groups, n) or qzeros.shape[1] * 8 != n:
+        raise ValueError(
+            f"inconsistent AWQ shapes: qweight {tuple(qweight.shape)}, qzeros "
+            f"{tuple(qzeros.shape)}, scales {tuple(scales.shape)}"
+        )
+    group = k // groups
+    if group % 16 or n % 8:
+        raise ValueError(
+            f"specq's W4A16 kernel needs a group size divisible by 16 and N by 8 (group {group}, N {n})"
+        )
+    kw = group // 8
+    packed = torch.empty((groups, n, kw), dtype=torch.int32, device=qweight.device)
+    step = max(1, 512 // group)  # groups at a time: temporaries near 512 * N * 4 bytes, whatever the layer
+    for g0 in range(0, groups, step):
+        g1 = min(groups, g0 + step)
+        q = unpack_awq(qweight[g0 * group : g1 * group]).t().contiguous()  # [N, rows] of 0..15
+        words = pack_awq(q).reshape(n, g1 - g0, kw)  # AWQ's interleave along K
+        packed[g0:g1] = words.permute(1, 0, 2)
+    zeros = unpack_awq(qzeros).contiguous()  # [G, N]
+    return PackedW4(qweight=packed.contiguous(), scales=scales.contiguous(), zeros=zeros, group=group)
+
+
+def dequantize(p: PackedW4) -> torch.Tensor:
+    """The fp32 weight [K, N] that `p` stands for, (q - z) * s: the reference the kernel is checked by."""
+    g, n, kw = p.qweight.shape
+    q = unpack_awq(p.qweight.permute(1, 0, 2).reshape(n, g * kw)).t().to(torch.float32)  # [K, N]
+    z = p.zeros.to(torch.float32).repeat_interleave(p.group, dim=0)
+    s = p.scales.to(torch.float32).repeat_interleave(p.group, dim=0)
+    return (q - z) * s
+
+
+# --- the kernels ---
+
+
+@triton.jit
+def _dequant_pure(words, z, DTYPE: tl.constexpr):
+    """words int32 [BN, KW] (specq layout), z int32 [BN] zero points -> [BN, KW * 8] of q - z in DTYPE, k in
+    order. An exact small integer either way, so the same bits as `_dequant_asm`."""
+    BN: tl.constexpr = words.shape[0]
+    KW: tl.constexpr = words.shape[1]
+    c = tl.arange(0, 8)
+    shift = 2 * c + 14 * (c & 1)  # k offset c sits at nibble (0, 4, 1, 5, 2, 6, 3, 7)[c]
+    q = (words[:, :, None] >> shift[None, None, :]) & 0xF
+    q = q.reshape(BN, KW * 8)
+    return (q - z[:, None]).to(tl.float32).to(DTYPE)  # via fp32: the interpreter casts int -> bf16 wrongly
+
+
+@triton.jit
+def _pair(words, zpair, SHIFT: tl.constexpr, IS_BF16: tl.constexpr):
+    """Two values of each word at once: nibbles SHIFT/4 and SHIFT/4 + 4 (k offsets 2j and 2j + 1)."""
+    if IS_BF16:
+        return tl.inline_asm_elementwise(
+            f"""{{
+            .reg .b32 t, one;
+            mov.b32 one, 0x3F803F80;
+            shr.u32 t, $2, {SHIFT};
+            lop3.b32 t, t, 0x000F000F, 0x43004300, 0xEA;
+            fma.rn.bf16x2 t, t, one, $3;
+            mov.b32 {{$0, $1}}, t;
+            }}""",
+            "=h,=h,r,r",
+            args=[words, zpair],
+            dtype=(tl.bfloat16, tl.bfloat16),
+            is_pure=True,
+            pack=1,
+        )
+    else:
+        return tl.inline_asm_elementwise(
+            f"""{{
+            .reg .b32 t, one;
+            mov.b32 one, 0x3C003C00;
+            shr.u32 t, $2, {SHIFT};
+            lop3.b32 t, t, 0x000F000F, 0x64006400, 0xEA;
+            fma.rn.f16x2 t, t, one, $3;
+            mov.b32 {{$0, $1}}, t;
+            }}""",
+            "=h,=h,r,r",
+            args=[words, zpair],
+            dtype=(tl.float16, tl.float16),
+            is_pure=True,
+            pack=1,
+        )
+
+
+@triton.jit
+def _pair_pure(words, z, SHIFT: tl.constexpr, DTYPE: tl.constexpr):
+    """`_pair`'s two values in plain Triton: nibbles SHIFT/4 and SHIFT/4 + 4, less the zero point."""
+    lo = ((words >> SHIFT) & 0xF) - z[:, None]
+    hi = ((words >> (SHIFT + 16)) & 0xF) - z[:, None]
+    return lo.to(tl.float32).to(DTYPE), hi.to(tl.float32).to(DTYPE)
+
+
+@triton.jit
+def _dequant_pairs(words, z, ASM: tl.constexpr, DTYPE: tl.constexpr):
+    """`_dequant_pure`'s result two values of a word at a time, as the inline PTX makes them (ASM: a shift, a
+    lop3 and an fma per pair; else `_pair_pure`, which the interpreter runs), put in k order by one tree of
+    joins. z: int32 [BN] zero points."""
+    BN: tl.constexpr = words.shape[0]
+    KW: tl.constexpr = words.shape[1]
+    if ASM:
+        IS_BF16: tl.constexpr = DTYPE == tl.bfloat16
+        if IS_BF16:
+            zneg = z | 0xC300  # bf16 bits of -(128 + z): the fma adds it
+        else:
+            zneg = z | 0xE400  # fp16 bits of -(1024 + z)
+        zpair = (zneg | (zneg << 16))[:, None] + tl.zeros((BN, KW), dtype=tl.int32)
+        w0, w1 = _pair(words, zpair, 0, IS_BF16)
+        w2, w3 = _pair(words, zpair, 4, IS_BF16)
+        w4, w5 = _pair(words, zpair, 8, IS_BF16)
+        w6, w7 = _pair(words, zpair, 12, IS_BF16)
+    else:
+        w0, w1 = _pair_pure(words, z, 0, DTYPE)
+        w2, w3 = _pair_pure(words, z, 4, DTYPE)
+        w4, w5 = _pair_pure(words, z, 8, DTYPE)
+        w6, w7 = _pair_pure(words, z, 12, DTYPE)
+    # join(a, b) adds a last axis of 2; (c, c + 4), then (c, c + 2), then (c, c + 1) puts w0..w7 in order
+    w = tl.join(tl.join(tl.join(w0, w4), tl.join(w2, w6)), tl.join(tl.join(w1, w5), tl.join(w3, w7)))
+    return w.reshape(BN, KW * 8)
+
+
+@triton.jit
+def _group_inputs(g, g_end, z_ptr, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP: tl.constexpr):
+    """Group g's zero points, scales and activations; a group at or past g_end reads zeros."""
+    live_n = (offs_nc * 0 + g) < g_end
+    z = tl.load(z_ptr + g * N + offs_nc, mask=live_n, other=0).to(tl.int32)
+    s = tl.load(s_ptr + g * N + offs_nc, mask=live_n, other=0.0).to(tl.float32)
+    live_k = (offs_k * 0 + g) < g_end
+    xt = tl.load(x_ptrs + g * GROUP, mask=live_k[:, None] & m_ok[None, :], other=0.0)  # [GROUP, BLOCK_M]
+    return z, s, xt
+
+
+@triton.jit
+def _group(acc, words, z, s, xt, DEQUANT: tl.constexpr, DOT_FP32: tl.constexpr, DTYPE: tl.constexpr):
+    """acc + one group's x (q - z) s for this block of columns (a dead group's zeros add exact zeros)."""
+    if DEQUANT == 0:
+        w = _dequant_pure(words, z, DTYPE)
+    else:
+        w = _dequant_pairs(words, z, DEQUANT == 2, DTYPE)
+    if DOT_FP32:  # Triton's interpreter multiplies bf16 operands wrongly; the values are the same in fp32
+        d = tl.dot(w.to(tl.float32), xt.to(tl.float32), input_precision="ieee")
+    else:
+        d = tl.dot(w, xt)  # [BLOCK_N, BLOCK_M] fp32: sum over the group of x * (q - z)
+    return acc + d * s[:, None]
+
+
+@triton.jit
+def _w4a16_kernel(
+    x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, ws_ptr,
+    M, N, K, stride_xm, stride_om, split_k,
+    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
+    HAS_BIAS: tl.constexpr, DEQUANT: tl.constexpr, PREFETCH: tl.constexpr, GPI: tl.constexpr,
+    DOT_FP32: tl.constexpr,
+):  # fmt: skip
+    """One block of BLOCK_N columns over one split of K, GPI groups an iteration: the GPI groups' words are
+    loaded together (PREFETCH: one iteration ahead, into registers), so each block keeps GPI (or 2 GPI)
+    contiguous runs of its weights in flight; groups are added into the fp32 accumulator in order."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    pid_m = tl.program_id(2)
+    KW: tl.constexpr = GROUP // 8
+    DTYPE: tl.constexpr = x_ptr.dtype.element_ty
+    groups = K // GROUP
+    per_split = tl.cdiv(groups, split_k)
+    g_begin = pid_k * per_split
+    g_end = tl.minimum(g_begin + per_split, groups)
+
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < N
+    offs_nc = tl.where(n_ok, offs_n, 0)  # clamp rows past N: read a valid row, never store it
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    m_ok = offs_m < M
+    offs_kw = tl.arange(0, KW)
+    offs_k = tl.arange(0, GROUP)
+    gstride = N * KW  # the layout is group-major: one group's words of every column, contiguous
+    zero_kw = offs_kw[None, :] * 0  # [1, KW]: a scalar condition as a tensor mask (the interpreter needs one)
+
+    w_ptrs = qw_ptr + offs_nc[:, None] * KW + offs_kw[None, :]
+    x_ptrs = x_ptr + offs_m[None, :] * stride_xm + offs_k[:, None]
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    if PREFETCH:
+        n0 = tl.load(w_ptrs + g_begin * gstride, mask=(zero_kw + g_begin) < g_end, other=0)
+        n1 = n0
+        n2 = n0
+        n3 = n0
+        if GPI >= 2:
+            n1 = tl.load(w_ptrs + (g_begin + 1) * gstride, mask=(zero_kw + g_begin + 1) < g_end, other=0)
+        if GPI >= 4:
+            n2 = tl.load(w_ptrs + (g_begin + 2) * gstride, mask=(zero_kw + g_begin + 2) < g_end, other=0)
+            n3 = tl.load(w_ptrs + (g_begin + 3) * gstride, mask=(zero_kw + g_begin + 3) < g_end, other=0)
+    for g in range(g_begin, g_end, GPI):
+        if PREFETCH:
+            c0 = n0
+            c1 = n1
+            c2 = n2
+            c3 = n3
+            gn = g + GPI
+            n0 = tl.load(w_ptrs + gn * gstride, mask=(zero_kw + gn) < g_end, other=0)
+            if GPI >= 2:
+                n1 = tl.load(w_ptrs + (gn + 1) * gstride, mask=(zero_kw + gn + 1) < g_end, other=0)
+            if GPI >= 4:
+                n2 = tl.load(w_ptrs + (gn + 2) * gstride, mask=(zero_kw + gn + 2) < g_end, other=0)
+                n3 = tl.load(w_ptrs + (gn + 3) * gstride, mask=(zero_kw + gn + 3) < g_end, other=0)
+        else:
+            c0 = tl.load(w_ptrs + g * gstride, mask=(zero_kw + g) < g_end, other=0)
+            c1 = c0
+            c2 = c0
+            c3 = c0
+            if GPI >= 2:
+                c1 = tl.load(w_ptrs + (g + 1) * gstride, mask=(zero_kw + g + 1) < g_end, other=0)
+            if GPI >= 4:
+                c2 = tl.load(w_ptrs + (g + 2) * gstride, mask=(zero_kw + g + 2) < g_end, other=0)
+                c3 = tl.load(w_ptrs + (g + 3) * gstride, mask=(zero_kw + g + 3) < g_end, other=0)
+        # every input of the iteration's groups is asked for before the first group is computed
+        z0, s0, x0 = _group_inputs(g, g_end, z_ptr, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP)
+        z1, s1, x1 = z0, s0, x0
+        z2, s2, x2 = z0, s0, x0
+        z3, s3, x3 = z0, s0, x0
+        if GPI >= 2:
+            z1, s1, x1 = _group_inputs(g + 1, g_end, z_ptr, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP)
+        if GPI >= 4:
+            z2, s2, x2 = _group_inputs(g + 2, g_end, z_ptr, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP)
+            z3, s3, x3 = _group_inputs(g + 3, g_end, z_ptr, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP)
+        acc = _group(acc, c0, z0, s0, x0, DEQUANT, DOT_FP32, DTYPE)
+        if GPI >= 2:
+            acc = _group(acc, c1, z1, s1, x1, DEQUANT, DOT_FP32, DTYPE)
+        if GPI >= 4:
+            acc = _group(acc, c2, z2, s2, x2, DEQUANT, DOT_FP32, DTYPE)
+            acc = _group(acc, c3, z3, s3, x3, DEQUANT, DOT_FP32, DTYPE)
+
+    mask = n_ok[:, None] & m_ok[None, :]
+    if not SPLIT:
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + offs_nc).to(tl.float32)[:, None]
+        o_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
+        tl.store(o_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        w_ptrs_out = ws_ptr + pid_k * M * N + offs_m[None, :] * N + offs_n[:, None]
+        tl.store(w_ptrs_out, acc, mask=mask)
+
+
+@triton.jit
+def _split_sum_kernel(
+    ws_ptr, bias_ptr, out_ptr, M, N, stride_om, split_k, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr
+):
+    """out = the split-K partial sums added in split order (+ bias), in the output dtype."""
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < M * N
+    acc = tl.load(ws_ptr + offs, mask=ok, other=0.0)
+    for s in range(1, split_k):  # in split order: the same sum every time
+        acc += tl.load(ws_ptr + s * M * N + offs, mask=ok, other=0.0)
+    n = offs % N
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + n, mask=ok, other=0.0).to(tl.float32)
+    m = offs // N
+    tl.store(out_ptr + m * stride_om + n, acc.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+# --- launching ---
+
+DEFAULT = Config()
+PREFILL = Config(block_n=128, split_k=1, num_warps=8, num_stages=2, prefetch=False, gpi=1)  # M > SMALL_M
+
+
+DEQUANT_PURE, DEQUANT_PAIRS, DEQUANT_ASM = 0, 1, 2  # the same bits three ways (tests compare them)
+
+
+def _launch(
+    x2: torch.Tensor, p: PackedW4, bias: torch.Tensor | None, cfg: Config, block_m: int, dequant: int
+) -> torch.Tensor:
+    m, n, k = x2.shape[0], p.n, p.k
+    out = torch.empty((m, n), dtype=x2.dtype, device=x2.device)
+    groups = k // p.group
+    split = max(1, min(cfg.split_k, groups))
+    ws = torch.empty((split, m, n), dtype=torch.float32, device=x2.device) if split > 1 else out
+    grid = (triton.cdiv(n, cfg.block_n), split, triton.cdiv(m, block_m))
+    _w4a16_kernel[grid](
+        x2,
+        p.qweight,
+        p.scales,
+        p.zeros,
+        bias if bias is not None else out,
+        out,
+        ws,
+        m,
+        n,
+        k,
+        x2.stride(0),
+        out.stride(0),
+        split,
+        GROUP=p.group,
+        BLOCK_M=block_m,
+        BLOCK_N=cfg.block_n,
+        SPLIT=split > 1,
+        HAS_BIAS=bias is not None,
+        DEQUANT=dequant,
+        PREFETCH=cfg.prefetch,
+        GPI=cfg.gpi,
+        DOT_FP32=INTERPRET,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    if split > 1:
+        block = 1024
+        _split_sum_kernel[(triton.cdiv(m * n, block),)](
+            ws,
+            bias if bias is not None else out,
+            out,
+            m,
+            n,
+            out.stride(0),
+            split,
+            HAS_BIAS=bias is not None,
+            BLOCK=block,
+            num_warps=4,
+        )
+    return out
+
+
+def linear(
+    x: torch.Tensor,
+    p: PackedW4,
+    bias: torch.Tensor | None = None,
+    cfg: Config | None = None,
+    dequant: int | None = None,
+) -> torch.Tensor:
+    """x [..., K] (bf16 or fp16) times the packed weight: [..., N] in x's dtype. `cfg`: None takes the tuned
+    (or default) configuration for this GPU and shape; `dequant`: None takes the inline PTX on a GPU and the
+    pairs in plain Triton under the interpreter."""
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(f"specq's W4A16 kernel takes bf16 or fp16 activations, not {x.dtype}")
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, x.shape[-1])
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    if cfg is None:
+        cfg = config_for(p.n, p.k, x.device, p.group)
+    if dequant is None:
+        dequant = DEQUANT_ASM if (x.is_cuda and not INTERPRET) else DEQUANT_PAIRS
+    m = x2.shape[0]
+    if m <= SMALL_M:
+        out = _launch(x2, p, bias, cfg, SMALL_M, dequant)
+    else:  # prefill: bigger row blocks (each reads the weights once); not M-invariant with decode
+        out = _launch(x2, p, bias, PREFILL, 64 if m <= 64 else 128, dequant)
+    return out.reshape(*lead, p.n)
+
+
+# --- choosing a configuration ---
+
+CANDIDATES = tuple(
+    Config(block_n=bn, split_k=sk, num_warps=w, num_stages=1, prefetch=pf, gpi=gpi)
+    for bn, w in ((64, 4), (128, 4), (256, 8))
+    for gpi in (2, 4)
+    for pf in (True, False)
+    for sk in (1, 2, 4, 8, 16)
+)
+QUICK_CANDIDATES = tuple(c for c in CANDIDATES if c.block_n == 64 and c.prefetch)
+_lock = threading.Lock()
+_chosen: dict[str, Config] = {}
+
+
+def _gpu_name(device: torch.device) -> str:
+    if device.type != "cuda":
+        return device.type
+    return torch.cuda.get_device_name(device).replace(" ", "-")
+
+
+def cache_file(device: torch.device) -> Path:
+    root = os.environ.get("SPECQ_W4A16_CACHE")
+    if root:
+        return Path(root).expanduser() / f"{_gpu_name(device)}.json"
+    base = Path(os.environ.get("SPECQ_CACHE", "~/.cache/specq")).expanduser()
+    return base / "w4a16" / f"{_gpu_name(device)}.json"
+
+
+def _shape_key(n: int, k: int, group: int = 128) -> str:
+    """Configurations are chosen per shape, for bf16 activations; fp16 runs the same instruction mix."""
+    return f"{n}x{k}-g{group}"
+
+
+SHIPPED = Path(__file__).resolve().parent / "w4a16_tuned.json"  # choices measured by the project, per GPU
+
+
+def _shipped(device: torch.device) -> dict[str, dict]:
+    try:
+        data = json.loads(SHIPPED.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    table = data.get(_gpu_name(device), {}) if isinstance(data, dict) else {}
+    return table if isinstance(table, dict) else {}
+
+
+def _read_cache(device: torch.device) -> dict[str, dict]:
+    try:
+        data = json.loads(cache_file(device).read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_cache(device: torch.device, key: str, cfg: Config, us: float) -> None:
+    path = cache_file(device)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = _read_cache(device)
+        data[key] = {**asdict(cfg), "us": round(us, 2)}
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache only costs a re-tune in the next process
+
+
+def _cached(key: str, device: torch.device) -> dict | None:
+    return _read_cache(device).get(key) or _shipped(device).get(key)
+
+
+def config_for(n: int, k: int, device: torch.device, group: int = 128) -> Config:
+    """The configuration chosen for this shape on this GPU: tuned earlier (this process, the cache file, or
+    the table shipped with specq), else the default. Never depends on M."""
+    key = _shape_key(n, k, group)
+    with _lock:
+        if key in _chosen:
+            return _chosen[key]
+        entry = _cached(key, device)
+        cfg = DEFAULT
+        if entry:
+            try:
+                cfg = Config(**{f: entry[f] for f in asdict(DEFAULT) if f in entry})
+            except (KeyError, TypeError):
+                cfg = DEFAULT
+        _chosen[key] = cfg
+        return cfg
+
+
+ROTATE_BYTES = 256 << 20  # more weights than any L2 holds: each timed launch reads its copy from memory
+
+
+def graph_us(ops: list, reps: int = 10) -> float:
+    """Median µs per op of a CUDA graph that runs `ops` (callables) once each: the launch cost is the
+    graph's, as in an engine that captures its decode step, not Python's."""
+    import statistics
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for op in ops:
+            op()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for op in ops:
+            op()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / len(ops))
+    return statistics.median(times)
+
+
+def tune(
+    p: PackedW4, dtype: torch.dtype = torch.bfloat16, candidates=CANDIDATES, rows: int = SMALL_M,
+    force: bool = False,
+) -> Config:  # fmt: skip
+    """Time every candidate on this GPU at `rows` rows (decode's largest M; the choice then serves every M up
+    to SMALL_M), each as a CUDA graph over copies of the weights that outsize the L2, and keep the fastest,
+    in this process and in the cache file. Returns the known choice unless `force`."""
+    key = _shape_key(p.n, p.k, p.group)
+    device = p.qweight.device
+    if not force and _cached(key, device):
+        return config_for(p.n, p.k, device, p.group)
+    nbytes = p.qweight.numel() * 4 + p.scales.numel() * 2 + p.zeros.numel()
+    copies = [p] + [
+        PackedW4(p.qweight.clone(), p.scales.clone(), p.zeros.clone(), p.group)
+        for _ in range(max(1, -(-ROTATE_BYTES // nbytes)) - 1)
+    ]
+    x = torch.randn(rows, p.k, dtype=dtype, device=device)
+    best: tuple[float, Config] | None = None
+    for cfg in candidates:
+        try:
+            us = graph_us([lambda c=c, cfg=cfg: linear(x, c, cfg=cfg) for c in copies], reps=5)
+        except Exception:  # a configuration this GPU cannot run (shared memory, registers): skip it
+            continue
+        if best is None or us < best[0]:
+            best = (us, cfg)
+    del copies
+    if best is None:
+        return DEFAULT
+    with _lock:
+        _chosen[key] = best[1]
+    _write_cache(device, key, best[1], best[0])
+    return best[1]
+
+
+def prepare(p: PackedW4) -> Config:
+    """Make sure `p`'s shape has a configuration before it is used (LMDeploy captures CUDA graphs after
+    loading, and nothing may be timed inside a capture): known ones are kept; on a GPU, an unknown shape is
+    tuned now (`SPECQ_W4A16_TUNE=0`: take the default instead)."""
+    if p.qweight.is_cuda and os.environ.get("SPECQ_W4A16_TUNE", "1") != "0":
+        return tune(p)
+    return config_for(p.n, p.k, p.qweight.device, p.group)

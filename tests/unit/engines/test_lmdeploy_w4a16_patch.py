@@ -1,0 +1,103 @@
+"""The compatibility layer's third patch, `w4a16-specq`, on LMDeploy 0.18.0's own
+`backends/cuda/awq_modules.py` (tests/fixtures/lmdeploy-0.18.0): the diff applied in memory to the recorded
+sha256, and, in a child process started the way specq starts LMDeploy, the patched module building specq's
+W4A16 linear, which then repacks an AWQ layer and multiplies with it (Triton's interpreter on the CPU). The
+GPU run of the same path is in docs/w4a16.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specq.pipeline.engines import lmdeploy_compat as compat
+from specq.pipeline.engines.lmdeploy_compat import hook
+
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "lmdeploy-0.18.0"
+AWQ = "lmdeploy/pytorch/backends/cuda/awq_modules.py"
+
+
+def test_the_diff_applies_in_memory_to_the_recorded_patched_hash() -> None:
+    new = hook.patched_source(compat.W4A16_PATCH, AWQ, (FIXTURE / AWQ).read_bytes())
+    assert hook.sha256(new.encode()) == compat.W4A16_PATCH.files[AWQ][1]
+    compile(new, AWQ, "exec", dont_inherit=True)
+    build = new[new.index("def _build_linear_w4a16") :]
+    # specq's linear comes before LMDeploy's own choice, and only for layers the kernel can run
+    assert build.index("SpecqAwqLinearW4A16Impl") < build.index("if provider in ('auto', 'turbomind')")
+    assert "spec.group_size % 16 == 0" in build and "spec.w_bit == 4" in build
+
+
+CHILD = r"""
+import json, sys
+import torch
+import lmdeploy.pytorch.backends.cuda.awq_modules as m
+from lmdeploy.pytorch.backends.awq_modules import LinearW4A16BuildSpec
+from specq.pipeline.kernels import w4a16 as W
+
+impl = m._build_linear_w4a16(LinearW4A16BuildSpec(in_features=256, out_features=64, w_bit=4, group_size=128,
+                                                  bias=False, output_dtype=torch.float16))
+other = m._build_linear_w4a16(LinearW4A16BuildSpec(in_features=256, out_features=64, w_bit=4, group_size=8,
+                                                   bias=False, output_dtype=torch.float16))
+head = {"impl": type(impl).__name__, "other": type(other).__name__,
+        "patched": getattr(m, "__specq_compat__", None)}
+if head["impl"] != "SpecqAwqLinearW4A16Impl":  # LMDeploy's own kernel is Triton on CUDA: not run here
+    print(json.dumps(head))
+    sys.exit(0)
+q = torch.randint(0, 16, (256, 64), dtype=torch.uint8)
+z = torch.randint(0, 16, (2, 64), dtype=torch.uint8)
+s = (torch.rand(2, 64) * 0.02).half()
+params = impl.update_weights(W.pack_awq(q), s, W.pack_awq(z), None)
+x = torch.randn(1, 3, 256).bfloat16()
+y = impl.forward(x, *params[:3])
+ref = x.float() @ ((q.float() - z.float().repeat_interleave(128, 0)) * s.float().repeat_interleave(128, 0))
+try:
+    impl.forward(x, W.pack_awq(q), s, W.pack_awq(z))
+    unrepacked = None
+except RuntimeError as e:
+    unrepacked = str(e)
+print(json.dumps({**head, "shape": list(y.shape), "dtype": str(y.dtype),
+                  "rel": ((y.float() - ref).norm() / ref.norm()).item(), "unrepacked": unrepacked}))
+"""
+
+
+def _child(tree: Path, tmp_path: Path, env: dict[str, str]) -> dict:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    base = {k: v for k, v in os.environ.items() if k not in (compat.ENV, hook.LOG_ENV, "PYTHONPATH")}
+    env = {**base, "TRITON_INTERPRET": "1", **env}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(tree)) if p)
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_patched_engine_builds_and_runs_specqs_w4a16_linear(tree: Path, tmp_path: Path) -> None:
+    log = tmp_path / "compat.log"
+    env = compat.launch_env({}, compat.status(tree / "lmdeploy", patch=compat.W4A16_PATCH))
+    assert env[compat.ENV] == "w4a16-specq"
+    out = _child(tree, tmp_path, {**env, hook.LOG_ENV: str(log)})
+    assert out["impl"] == "SpecqAwqLinearW4A16Impl" and out["patched"] == "w4a16-specq"
+    assert out["other"] == "AwqLinearW4A16Impl"  # a group size the kernel cannot run keeps LMDeploy's kernel
+    assert out["shape"] == [1, 3, 64] and out["dtype"] == "torch.bfloat16"  # the activations' dtype, no cast
+    assert out["rel"] < 0.01
+    assert "update_weights was not called" in out["unrepacked"]
+    assert log.read_text().startswith("patched lmdeploy.pytorch.backends.cuda.awq_modules (w4a16-specq)")
+
+
+def test_without_the_patch_lmdeploy_builds_its_own_kernel(tree: Path, tmp_path: Path) -> None:
+    out = _child(tree, tmp_path, {"PYTHONPATH": str(compat.BOOT_DIR)})
+    assert out["impl"] == "AwqLinearW4A16Impl" and out["patched"] is None
+
+
+@pytest.mark.parametrize("state", ["original", "edited"])
+def test_status_says_whether_the_patch_applies(tree: Path, state: str) -> None:
+    if state == "edited":
+        (tree / AWQ).write_text((tree / AWQ).read_text() + "# local edit\n")
+    s = compat.status(tree / "lmdeploy", patch=compat.W4A16_PATCH)
+    assert s.ok == (state == "original")
+    if state == "edited":
+        assert "backends/cuda/awq_modules.py" in s.detail and "\n" not in s.detail

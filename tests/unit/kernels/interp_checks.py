@@ -1,0 +1,90 @@
+"""The W4A16 kernel's logic under Triton's interpreter (`TRITON_INTERPRET=1`, CPU tensors): run as a script by
+tests/unit/kernels/test_w4a16.py, so that the interpreter mode (chosen when Triton's decorators run) stays
+out of the test process. Prints one JSON document: for each case, the relative error against the fp32
+dequantized reference and that of the reference itself rounded to the activation dtype, and the bitwise
+checks (M-invariance, determinism, the pairs-of-nibbles dequantization against the plain one, one
+configuration's bits against another's)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import torch  # noqa: E402
+
+from specq.pipeline.kernels import w4a16 as W  # noqa: E402
+
+# (name, K, N, M, dtype, group, config, bias)
+CASES = [
+    ("bf16-one-row", 256, 64, 1, torch.bfloat16, 128, W.Config(block_n=64, gpi=2), False),
+    (
+        "bf16-split3-gpi4-ragged-n",
+        768,
+        96,
+        5,
+        torch.bfloat16,
+        128,
+        W.Config(block_n=64, split_k=3, gpi=4),
+        True,
+    ),
+    ("fp16-16-rows-g64", 256, 64, 16, torch.float16, 64, W.Config(block_n=32, prefetch=False, gpi=4), False),
+    ("bf16-prefill-20", 256, 64, 20, torch.bfloat16, 32, W.Config(block_n=64, split_k=2, gpi=1), False),
+    ("bf16-prefill-70", 256, 48, 70, torch.bfloat16, 128, W.Config(block_n=64), True),
+]
+
+
+def rand_awq(k: int, n: int, group: int, seed: int) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randint(0, 16, (k, n), dtype=torch.uint8, generator=g)
+    z = torch.randint(0, 16, (k // group, n), dtype=torch.uint8, generator=g)
+    s = (torch.rand(k // group, n, generator=g) * 0.02 + 0.001).to(torch.float16)
+    return W.pack_awq(q), W.pack_awq(z), s, q, z
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.float() - b).norm() / b.norm()).item()
+
+
+def main() -> int:
+    out: dict[str, dict] = {}
+    for i, (name, k, n, m, dtype, group, cfg, with_bias) in enumerate(CASES):
+        qw, qz, s, q, z = rand_awq(k, n, group, seed=i)
+        p = W.pack(qw, qz, s)
+        x = torch.randn(m, k, generator=torch.Generator().manual_seed(100 + i)).to(dtype)
+        bias = torch.randn(n).to(dtype) if with_bias else None
+        y = W.linear(x, p, bias, cfg=cfg)
+        ref = x.float() @ (
+            (q.float() - z.float().repeat_interleave(group, 0)) * s.float().repeat_interleave(group, 0)
+        )
+        if bias is not None:
+            ref = ref + bias.float()
+        r: dict = {
+            "shape": list(y.shape),
+            "dtype": str(y.dtype),
+            "rel_error": rel(y, ref),
+            "rounding": rel(ref.to(dtype), ref),
+            "lossless_repack": bool(torch.equal(W.dequantize(p), W.dequantize(W.pack(qw, qz, s)))),
+            "deterministic": bool(torch.equal(y, W.linear(x, p, bias, cfg=cfg))),
+            "pairs_equal_pure": bool(torch.equal(y, W.linear(x, p, bias, cfg=cfg, dequant=W.DEQUANT_PURE))),
+        }
+        if m <= W.SMALL_M:
+            r["m_invariant"] = all(
+                bool(torch.equal(W.linear(x[:j], p, bias, cfg=cfg), y[:j])) for j in range(1, m + 1)
+            ) and all(bool(torch.equal(W.linear(x[j : j + 1], p, bias, cfg=cfg)[0], y[j])) for j in range(m))
+            other = W.Config(block_n=cfg.block_n, split_k=cfg.split_k, gpi=4 if cfg.gpi != 4 else 1,
+                             prefetch=not cfg.prefetch)  # fmt: skip
+            r["same_bits_other_gpi_and_prefetch"] = bool(torch.equal(W.linear(x, p, bias, cfg=other), y))
+        out[name] = r
+    x3 = torch.randn(2, 3, 256).to(torch.bfloat16)
+    qw, qz, s, q, z = rand_awq(256, 64, 128, seed=9)
+    y3 = W.linear(x3, W.pack(qw, qz, s))
+    out["leading-dims"] = {"shape": list(y3.shape)}
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

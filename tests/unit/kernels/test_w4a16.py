@@ -1,0 +1,140 @@
+"""specq's W4A16 kernel (pipeline/kernels/w4a16.py) on the CPU: the layouts in torch, the kernels' logic under
+Triton's interpreter (interp_checks.py in a child process), the configuration cache. Its speed and its
+bitwise checks on a GPU are recorded in docs/w4a16.md (benchmarks/w4a16_kernel.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from specq.pipeline.kernels import w4a16 as W
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def interp() -> dict[str, dict]:
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "interp_checks.py")], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+CASES = [
+    "bf16-one-row",
+    "bf16-split3-gpi4-ragged-n",
+    "fp16-16-rows-g64",
+    "bf16-prefill-20",
+    "bf16-prefill-70",
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_kernel_computes_the_dequantized_product_within_the_dtypes_rounding(interp, case: str) -> None:
+    r = interp[case]
+    # The kernel's own error is the output's rounding to the activation dtype (on the H200 the two agreed to 3
+    # digits, docs/w4a16.md). numpy has no bf16, so the interpreter rounds bf16 by truncation: up to about
+    # twice round-to-nearest's error there.
+    bound = 1.25 if "fp16" in r["dtype"] else 2.5
+    assert r["rel_error"] <= bound * r["rounding"] + 1e-5, r
+    assert r["lossless_repack"] and r["deterministic"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_dequantizing_pairs_of_nibbles_gives_the_plain_dequantizations_bits(interp, case: str) -> None:
+    assert interp[case]["pairs_equal_pure"]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "prefill" not in c])
+def test_every_row_is_the_same_bits_whether_computed_alone_or_among_m_rows(interp, case: str) -> None:
+    assert interp[case]["m_invariant"]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "prefill" not in c])
+def test_groups_an_iteration_and_prefetch_change_speed_not_bits(interp, case: str) -> None:
+    assert interp[case]["same_bits_other_gpi_and_prefetch"]
+
+
+def test_shapes_and_dtypes(interp) -> None:
+    assert interp["bf16-split3-gpi4-ragged-n"]["shape"] == [5, 96]
+    assert interp["fp16-16-rows-g64"]["dtype"] == "torch.float16"
+    assert interp["leading-dims"]["shape"] == [2, 3, 64]
+
+
+def test_awq_packing_round_trips_and_matches_autoawqs_order() -> None:
+    q = torch.randint(0, 16, (24, 32), dtype=torch.uint8)
+    packed = W.pack_awq(q)
+    assert packed.shape == (24, 4) and torch.equal(W.unpack_awq(packed), q)
+    # AutoAWQ's pack: nibble i of word w holds column 8w + (0, 2, 4, 6, 1, 3, 5, 7)[i]
+    one = torch.zeros(1, 8, dtype=torch.uint8)
+    one[0, 2] = 0xF
+    assert int(W.pack_awq(one)[0, 0]) == 0xF << 4
+
+
+def test_repack_is_group_major_and_lossless() -> None:
+    k, n, group = 512, 48, 128
+    q = torch.randint(0, 16, (k, n), dtype=torch.uint8)
+    z = torch.randint(0, 16, (k // group, n), dtype=torch.uint8)
+    s = torch.rand(k // group, n).half()
+    p = W.pack(W.pack_awq(q), W.pack_awq(z), s)
+    assert p.qweight.shape == (k // group, n, group // 8) and (p.n, p.k, p.group) == (n, k, group)
+    assert torch.equal(p.zeros, z) and torch.equal(p.scales, s)
+    ref = (q.float() - z.float().repeat_interleave(group, 0)) * s.float().repeat_interleave(group, 0)
+    assert torch.equal(W.dequantize(p), ref)
+
+
+@pytest.mark.parametrize(
+    ("qw", "qz", "s", "why"),
+    [
+        ((256, 8), (2, 8), (2, 60), "inconsistent AWQ shapes"),
+        ((256, 8), (3, 8), (3, 64), "inconsistent AWQ shapes"),
+        ((256, 8), (32, 8), (32, 64), "group size divisible by 16"),
+    ],
+)
+def test_shapes_the_kernel_cannot_run_are_refused(qw, qz, s, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        W.pack(torch.zeros(qw, dtype=torch.int32), torch.zeros(qz, dtype=torch.int32), torch.zeros(s).half())
+
+
+def test_float32_activations_are_refused() -> None:
+    p = W.pack(
+        torch.zeros(128, 8, dtype=torch.int32),
+        torch.zeros(1, 8, dtype=torch.int32),
+        torch.zeros(1, 64).half(),
+    )
+    with pytest.raises(TypeError, match="bf16 or fp16"):
+        W.linear(torch.zeros(1, 128), p)
+
+
+def test_the_chosen_configuration_comes_from_the_cache_file_then_the_shipped_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPECQ_W4A16_CACHE", str(tmp_path))
+    monkeypatch.setattr(W, "_chosen", {})
+    cpu = torch.device("cpu")
+    assert W.config_for(10, 128, cpu) == W.DEFAULT  # nothing known: the default
+    chosen = W.Config(block_n=256, split_k=8, num_warps=8, prefetch=False, gpi=4)
+    W._write_cache(cpu, W._shape_key(20, 256), chosen, 12.5)
+    assert json.loads((tmp_path / "cpu.json").read_text())["20x256-g128"]["us"] == 12.5
+    monkeypatch.setattr(W, "_chosen", {})
+    assert W.config_for(20, 256, cpu) == chosen
+
+
+def test_the_shipped_table_names_valid_configurations() -> None:
+    table = json.loads(W.SHIPPED.read_text(encoding="utf-8"))
+    assert "NVIDIA-H200" in table
+    fields = set(asdict(W.DEFAULT))
+    for gpu, entries in table.items():
+        for key, entry in entries.items():
+            cfg = W.Config(**{f: entry[f] for f in fields})
+            assert cfg.block_n in (64, 128, 256) and cfg.gpi in (1, 2, 4), (gpu, key)
+            assert key.endswith("-g128")
