@@ -493,7 +493,8 @@ def draft_token_values(request: BenchRequest) -> list[int]:
 
 def sweep_plan(request: BenchRequest) -> list[tuple[str, ServeRequest]]:
     """(label, what to serve) for every server the sweep starts, baseline(s) first: copies of the request's
-    `ServeRequest` that differ in the draft-token count (a `--baseline-engine` also in its server)."""
+    `ServeRequest` that differ in the draft-token count (a `--baseline-engine` also in its server, and a
+    baseline the reference pass will score also in its logprobs mode)."""
     b, serve = request.settings, request.serve
     plan: list[tuple[str, ServeRequest]] = []
     asked = draft_token_values(request)
@@ -506,9 +507,28 @@ def sweep_plan(request: BenchRequest) -> list[tuple[str, ServeRequest]]:
             elif be == "embedded":
                 base = dataclasses.replace(base, server="embedded")
             plan.append(("baseline" if be == "same" else f"baseline-{be}", base))
+    if b.temperature == 0 and ks:  # the baselines' outputs get a reference pass (`wants_reference`)
+        plan = [(label, scored(s)) for label, s in plan]
     for k in ks:
         plan.append((f"k={k}", dataclasses.replace(serve, draft_tokens=k)))
     return plan
+
+
+# LMDeploy's PyTorch engine answers a request for logprobs with HTTP 400 unless it was started with a
+# `--logprobs-mode`. `raw_logprobs` is the log-softmax of the logits before any sampling processor (at
+# temperature 0 LMDeploy turns greedy into top_k = 1, which would leave no second choice to compare): the
+# target's own top-2 margin, as the divergence classifier reads it. TurboMind and the embedded engine serve
+# logprobs without it (`serve/lmdeploy.py` passes it to the PyTorch engine only).
+REFERENCE_LOGPROBS_MODE = "raw_logprobs"
+
+
+def scored(serve: ServeRequest) -> ServeRequest:
+    """`serve` started so that its logprobs can be asked for: the logprobs mode the user set, else
+    `REFERENCE_LOGPROBS_MODE`. Requests that ask for none (every timed one) cost the engine nothing more."""
+    if serve.options.logprobs_mode:
+        return serve
+    options = dataclasses.replace(serve.options, logprobs_mode=REFERENCE_LOGPROBS_MODE)
+    return dataclasses.replace(serve, options=options)
 
 
 def check_inputs(request: BenchRequest, engine_factory: EngineFactory | None) -> None:
@@ -753,7 +773,8 @@ def _sweep(report: BenchReport, ctx: RunContext, factory: EngineFactory, out: Pa
 
 
 def wants_reference(request: BenchRequest) -> bool:
-    """Whether baselines get a reference pass: at temperature 0 with a speculative run to compare."""
+    """Whether baselines get a reference pass: at temperature 0 with a speculative run to compare (then
+    `sweep_plan` starts them with a logprobs mode, `scored`)."""
     return request.settings.temperature == 0 and any(s.draft_tokens > 0 for _, s in sweep_plan(request))
 
 

@@ -63,6 +63,11 @@ class EngineSection(Section):
         description="LMDeploy PyTorch engine: apply specq's spec-step patch (less host work a speculative "
         "step; lmdeploy 0.18.0 only; docs/step-cost.md)",
     )
+    logprobs_mode: Literal["raw_logprobs", "raw_logits"] | None = Field(
+        None,
+        description="LMDeploy PyTorch engine --logprobs-mode: without it a request for logprobs is HTTP 400; "
+        "bench sets raw_logprobs on the baselines its lossless check scores",
+    )
     ready_timeout_s: float = Field(600.0, gt=0)
     max_queue: int = Field(64, ge=1, description="embedded engine: waiting requests before 429")
     api_keys_env: str | None = Field(None, description="environment variable holding the API key(s)")

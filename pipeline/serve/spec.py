@@ -42,6 +42,7 @@ class ServerOptions:
     enable_prefix_caching: bool = False
     eager_mode: bool = False
     step_patch: bool = False
+    logprobs_mode: str | None = None
     max_queue: int = 64
     ready_timeout_s: float = 600.0
     max_new_tokens: int = 256
@@ -79,7 +80,8 @@ class ServeRequest:
             max_batch_size=e.max_batch_size, tp=e.tp,
             distributed_executor_backend=e.distributed_executor_backend,
             enable_prefix_caching=e.enable_prefix_caching,
-            eager_mode=e.eager_mode, step_patch=e.step_patch, max_queue=e.max_queue,
+            eager_mode=e.eager_mode, step_patch=e.step_patch, logprobs_mode=e.logprobs_mode,
+            max_queue=e.max_queue,
             ready_timeout_s=e.ready_timeout_s,
             max_new_tokens=cfg.generation.max_new_tokens, trust_remote_code=m.trust_remote_code,
             dflash_block_size=cfg.speculative.dflash_block_size, api_keys_env=e.api_keys_env,
