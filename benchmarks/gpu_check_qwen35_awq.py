@@ -109,7 +109,8 @@ def margins(args: argparse.Namespace, out: Path, deadline: float) -> dict:
         "serve", str(args.awq.resolve()), "--engine", "lmdeploy", "--backend", "pytorch", "--port", str(port),
     )  # fmt: skip
     log = open(out / "margins-serve.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    env = {**os.environ, "SPECQ_ENGINE__LOGPROBS_MODE": "raw_logprobs"}  # else LMDeploy answers HTTP 400
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     result: dict = {"prompts": []}
     try:
         url = f"http://127.0.0.1:{port}"

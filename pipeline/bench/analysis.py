@@ -1,9 +1,9 @@
 """What the benchmark computes from its records: per-run aggregates (mean/p50/p90/p99 of TTFT, latency,
 per-token ITL, TPOT, tokens/s, the client decode rate), the self-consistency of client and server figures,
-the median and spread over trials, the roofline fraction of AR runs, the lossless check of speculative runs
-against the baseline, whether the outputs loop (a drafter predicts a loop almost perfectly), speedups on both
-bases (decode rate, end to end) and the step cost, the headline, and the best-k prediction through the shared
-speedup model (`specq.pipeline.speedup`)."""
+the median and spread over trials, the roofline fraction of AR runs, each run's trials against each other
+and the lossless check of speculative runs against the baseline, whether the outputs loop (a drafter
+predicts a loop almost perfectly), speedups on both bases (decode rate, end to end) and the step cost, the
+headline, and the best-k prediction through the shared speedup model (`specq.pipeline.speedup`)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from ..report.models import (
     Headline,
     HeadlineBasis,
     Lossless,
+    Reproducibility,
     RequestRecord,
     Roofline,
     Run,
@@ -31,7 +32,7 @@ from ..report.models import (
 from ..report.rates import BASIS_NAMES, client_decode_rate, run_rate, trial_rate
 from ..speedup import StepCost, StepCostCurve, best_k, expected_tokens_per_step, load_curve, predict_speedup
 from .client import TokenCounter, per_token_latencies
-from .divergence import NEAR_TIE_MARGIN, Divergence, common_prefix, explain
+from .divergence import NEAR_TIE_MARGIN, Divergence, common_prefix, explain, not_judged
 from .divergence import summary as divergence_summary
 
 
@@ -323,6 +324,59 @@ def roofline(
 # ----------------------------------------------------------------------------------------------- lossless
 
 
+def reproducibility(run: Run) -> Reproducibility | None:
+    """A run's trials against each other, the first check of the lossless comparison: for every prompt and
+    repeat with an ok output in two or more trials, whether every trial gave the same output (the servers'
+    token ids when every output has them, else the text). None when no request succeeded."""
+    by_key: dict[tuple[str, int], dict[int, RequestRecord]] = {}
+    for r in run.requests:
+        if r.ok:
+            by_key.setdefault((r.id, r.repeat), {}).setdefault(r.trial, r)
+    if not by_key:
+        return None
+    ids = all(r.token_ids is not None for recs in by_key.values() for r in recs.values())
+
+    def seq(r: RequestRecord) -> Sequence[object]:
+        return (r.token_ids or []) if ids else r.output_text
+
+    rep = Reproducibility(
+        trials=len({t for recs in by_key.values() for t in recs}), unit="tokens" if ids else "chars"
+    )
+    for (pid, repeat), recs in by_key.items():
+        if len(recs) < 2:
+            continue
+        rep.compared += 1
+        first, *rest = (recs[t] for t in sorted(recs))
+        other = next((r for r in rest if seq(r) != seq(first)), None)
+        if other is None:
+            rep.equal += 1
+            continue
+        if len(rep.differing) < 20:
+            a, b = seq(first), seq(other)
+            rep.differing.append(
+                {"id": pid, "repeat": repeat, "trial": other.trial, "first_divergence": common_prefix(a, b),
+                 "first_len": len(a), "other_len": len(b)}
+            )  # fmt: skip
+    if rep.compared:
+        rep.reproducible = rep.equal == rep.compared
+    rep.summary = reproducibility_summary(rep)
+    return rep
+
+
+def reproducibility_summary(rep: Reproducibility) -> str:
+    """'trials agree: 4/4 prompts the same in all 3 trials', or 'NOT reproducible: …' naming the first."""
+    if rep.reproducible is None:
+        return "reproducibility not checked (fewer than two trials)"
+    if rep.reproducible:
+        return f"trials agree: {rep.equal}/{rep.compared} prompts the same in all {rep.trials} trials"
+    first = rep.differing[0]
+    return (
+        f"NOT reproducible: its {rep.trials} trials gave different greedy outputs for "
+        f"{rep.compared - rep.equal}/{rep.compared} prompts (first: {first['id']}, trial "
+        f"{first['trial'] + 1} leaves trial 1 at {rep.unit[:-1]} {first['first_divergence']})"
+    )
+
+
 def lossless(
     baseline: Run,
     run: Run,
@@ -331,7 +385,15 @@ def lossless(
 ) -> Lossless | None:
     """Compare outputs prompt by prompt (same id and repeat): as the servers' token ids when both sent them,
     else re-tokenized with a tokenizer, else as characters; explain every divergence from the baseline's
-    reference pass (`divergence.explain`: near-tie, mismatch or unexplained)."""
+    reference pass (`divergence.explain`: near-tie, mismatch or unexplained). A baseline whose own trials
+    differ (`baseline.reproducibility`) judges nothing: every divergence is baseline-not-reproducible."""
+    rep = baseline.reproducibility
+    unreproducible = rep is not None and rep.reproducible is False
+    why = (
+        f"the baseline's own trials differ on {rep.compared - rep.equal}/{rep.compared} prompts"
+        if rep is not None and unreproducible
+        else None
+    )
     base: dict[tuple[str, int], RequestRecord] = {}
     for r in baseline.requests:  # the first trial's output: every later one must equal it too
         if r.ok:
@@ -364,6 +426,8 @@ def lossless(
         longest = max(len(sa), len(sb)) or 1
         agree.append(k / longest)
         d = explain(ra, rb, k, by_ids, baseline.reference.get(ra.id), decode, near_tie_margin, piece)
+        if why is not None:
+            d = not_judged(d, why)
         found.append(d)
         mismatches.append(
             {
@@ -389,7 +453,9 @@ def lossless(
         real_mismatches=sum(d.verdict == "mismatch" for d in found),
         unexplained=sum(d.verdict == "unexplained" for d in found),
         near_tie_margin=near_tie_margin,
-        summary=divergence_summary(n, exact, found),
+        baseline_reproducible=rep.reproducible if rep is not None else None,
+        not_judged=sum(d.verdict == "baseline-not-reproducible" for d in found),
+        summary=divergence_summary(n, exact, found, rep.reproducible if rep is not None else None),
     )
 
 

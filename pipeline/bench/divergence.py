@@ -4,11 +4,14 @@ top-2 logprob margin from its reference pass (the untimed request per prompt tha
 margin says how close the baseline's own choice was. Below `NEAR_TIE_MARGIN` the two tokens are a near-tie
 that the verification step's different numerics (a batch of k + 1 positions through other kernels, bf16 or
 fp16 rounding of every layer) can flip; at or above it the speculative engine chose a token the target did
-not nearly prefer: a real mismatch. Without a logprob at that token the divergence is unexplained.
-docs/bench.md justifies the bound. Pure Python: the lossless check (`analysis.lossless`) calls it."""
+not nearly prefer: a real mismatch. Without a logprob at that token the divergence is unexplained. When the
+baseline's own trials disagree (a plain engine that is not deterministic) nothing is judged against it: the
+verdict is `baseline-not-reproducible`, whatever the margin. docs/bench.md justifies the bound. Pure
+Python: the lossless check (`analysis.lossless`) calls it."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -20,7 +23,7 @@ from ..report.models import RequestRecord, TokenScore
 # by up to one spacing before any difference in how the layers below were computed.
 NEAR_TIE_MARGIN = 0.25
 
-Verdict = Literal["near-tie", "mismatch", "unexplained"]
+Verdict = Literal["near-tie", "mismatch", "unexplained", "baseline-not-reproducible"]
 
 
 def top2_margin(score: TokenScore) -> float | None:
@@ -146,8 +149,23 @@ def explain(
     return Divergence(position, base_tok, run_tok, margin, runner_up, classify(margin, bound), short)
 
 
-def summary(compared: int, equal: int, verdicts: Sequence[Divergence]) -> str:
-    """'lossless: 14/16 equal, 2 near-ties (margin 0.03, 0.01), 0 mismatches' (+ unexplained when any)."""
+def not_judged(d: Divergence, why: str) -> Divergence:
+    """`d` left unjudged because the baseline is not reproducible; its margin and tokens stay recorded."""
+    return dataclasses.replace(d, verdict="baseline-not-reproducible", why=why)
+
+
+def summary(
+    compared: int, equal: int, verdicts: Sequence[Divergence], baseline_reproducible: bool | None = None
+) -> str:
+    """'lossless: 14/16 equal, 2 near-ties (margin 0.03, 0.01), 0 mismatches' (+ unexplained when any);
+    with a baseline that is not reproducible, 'lossless: not judged: …' instead."""
+    if baseline_reproducible is False:
+        if equal == compared:
+            return f"lossless: {equal}/{compared} equal (though the baseline's own trials differ)"
+        return (
+            f"lossless: not judged, the baseline is not reproducible (its own trials differ); "
+            f"{equal}/{compared} equal to its first trial"
+        )
     ties = [d for d in verdicts if d.verdict == "near-tie"]
     real = [d for d in verdicts if d.verdict == "mismatch"]
     lost = [d for d in verdicts if d.verdict == "unexplained"]

@@ -4,11 +4,13 @@ any `--baseline-engine` alternatives) and every requested draft-token count, res
 the serve stage's `create_engine(serve_request, run_dir, progress)` for each, with a copy of one
 `ServeRequest` that differs only in its draft-token count (a `--baseline-engine` also in its server). Every
 run: warm-up, a /metrics scrape, the requests (with NVML sampling), a settled /metrics scrape, then
-aggregates, acceptance, the server cross-check and the roofline; a baseline then gets an untimed
-reference pass with logprobs, which the lossless check uses to explain divergences. Faults stay local: a
-run above `--max-error-rate` fails alone, a server that will not start or dies is reported with its log
-tail and the sweep moves on, and Ctrl-C writes the partial report marked incomplete before the interrupt
-propagates."""
+aggregates, acceptance, the server cross-check, the roofline and (at temperature 0) whether the run's own
+trials gave the same outputs; a baseline then gets an untimed reference pass with logprobs (its server
+started with the logprobs mode that needs), which the lossless check uses to explain divergences when the
+baseline's own trials agree. Each server's ready time (launch to first ready answer) is recorded. Faults
+stay local: a run above `--max-error-rate` fails alone, a server that will not start or dies is reported
+with its log tail and the sweep moves on, and Ctrl-C writes the partial report marked incomplete before the
+interrupt propagates."""
 
 from __future__ import annotations
 
@@ -54,6 +56,7 @@ from .analysis import (
     partial_repetition_note,
     predict_best_k,
     repetition_flag,
+    reproducibility,
     roofline,
     speedups,
     spread,
@@ -361,6 +364,10 @@ class RunContext:
         run.decode_throughput = spread(rates, used or rates)
         agg.decode_rate_tokens_per_s = run.decode_throughput.median
         run.consistency = consistency(run.requests, wall_total, sc, tol, ttft_ref)
+        if b.temperature == 0:
+            run.reproducibility = rep = reproducibility(run)
+            if rep is not None and rep.reproducible is not None:
+                self.progress(f"{tag}: {rep.summary}")
         self.flag(run)
         run.telemetry = sampler.result(run.trials[-1].output_tokens, acc.accepted_tokens if acc else None)
         if not first_before.ok:
@@ -493,7 +500,8 @@ def draft_token_values(request: BenchRequest) -> list[int]:
 
 def sweep_plan(request: BenchRequest) -> list[tuple[str, ServeRequest]]:
     """(label, what to serve) for every server the sweep starts, baseline(s) first: copies of the request's
-    `ServeRequest` that differ in the draft-token count (a `--baseline-engine` also in its server)."""
+    `ServeRequest` that differ in the draft-token count (a `--baseline-engine` also in its server, and a
+    baseline the reference pass will score also in its logprobs mode)."""
     b, serve = request.settings, request.serve
     plan: list[tuple[str, ServeRequest]] = []
     asked = draft_token_values(request)
@@ -506,9 +514,28 @@ def sweep_plan(request: BenchRequest) -> list[tuple[str, ServeRequest]]:
             elif be == "embedded":
                 base = dataclasses.replace(base, server="embedded")
             plan.append(("baseline" if be == "same" else f"baseline-{be}", base))
+    if b.temperature == 0 and ks:  # the baselines' outputs get a reference pass (`wants_reference`)
+        plan = [(label, scored(s)) for label, s in plan]
     for k in ks:
         plan.append((f"k={k}", dataclasses.replace(serve, draft_tokens=k)))
     return plan
+
+
+# LMDeploy's PyTorch engine answers a request for logprobs with HTTP 400 unless it was started with a
+# `--logprobs-mode`. `raw_logprobs` is the log-softmax of the logits before any sampling processor (at
+# temperature 0 LMDeploy turns greedy into top_k = 1, which would leave no second choice to compare): the
+# target's own top-2 margin, as the divergence classifier reads it. TurboMind and the embedded engine serve
+# logprobs without it (`serve/lmdeploy.py` passes it to the PyTorch engine only).
+REFERENCE_LOGPROBS_MODE = "raw_logprobs"
+
+
+def scored(serve: ServeRequest) -> ServeRequest:
+    """`serve` started so that its logprobs can be asked for: the logprobs mode the user set, else
+    `REFERENCE_LOGPROBS_MODE`. Requests that ask for none (every timed one) cost the engine nothing more."""
+    if serve.options.logprobs_mode:
+        return serve
+    options = dataclasses.replace(serve.options, logprobs_mode=REFERENCE_LOGPROBS_MODE)
+    return dataclasses.replace(serve, options=options)
 
 
 def check_inputs(request: BenchRequest, engine_factory: EngineFactory | None) -> None:
@@ -733,10 +760,13 @@ def _sweep(report: BenchReport, ctx: RunContext, factory: EngineFactory, out: Pa
                     model=engine.model_name,
                 )
             note_compat(report, engine)
+            ready_s = engine.ready_s
+            if ready_s is not None:
+                ctx.progress(f"{label}: server ready {ready_s:.1f} s after its launch")
             for conc in b.concurrency:
                 run = Run(label=label, draft_tokens=variant.draft_tokens, concurrency=conc,
                           baseline=variant.draft_tokens == 0, engine=engine.name,
-                          backend=variant.backend)  # fmt: skip
+                          backend=variant.backend, server_ready_s=ready_s)  # fmt: skip
                 report.runs.append(run)
                 ctx.measure(run, engine.base_url, engine.metrics_url, engine.model_name)
                 if run.aggregate.errors and not _alive(engine.base_url):
@@ -753,7 +783,8 @@ def _sweep(report: BenchReport, ctx: RunContext, factory: EngineFactory, out: Pa
 
 
 def wants_reference(request: BenchRequest) -> bool:
-    """Whether baselines get a reference pass: at temperature 0 with a speculative run to compare."""
+    """Whether baselines get a reference pass: at temperature 0 with a speculative run to compare (then
+    `sweep_plan` starts them with a logprobs mode, `scored`)."""
     return request.settings.temperature == 0 and any(s.draft_tokens > 0 for _, s in sweep_plan(request))
 
 

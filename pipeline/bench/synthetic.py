@@ -4,9 +4,10 @@ yardstick. It serves `/v1/models`, `/v1/chat/completions`, `/v1/completions` (SS
 `lmdeploy:spec_decode_*` counter names, whose values it controls exactly.
 
 Every request produces the same word tokens (`" w<n>"`, deterministic in the prompt) whatever k is, so the
-lossless check passes by construction. The first chunk arrives `ttft_s` after the request; then one chunk
-every `step_s`, each chunk one simulated verify step carrying `accepted + 1` tokens, where `accepted`
-cycles through `--accept-pattern` (capped at k). With k = 0 every chunk carries `tokens_per_chunk` tokens.
+lossless check passes by construction (unless `--unstable-after`, below). The first chunk arrives `ttft_s`
+after the request; then one chunk every `step_s`, each chunk one simulated verify step carrying
+`accepted + 1` tokens, where `accepted` cycles through `--accept-pattern` (capped at k). With k = 0 every
+chunk carries `tokens_per_chunk` tokens.
 Chunks are sent on an absolute schedule (no drift), so a client's ITL and tokens/s can be checked against
 the truth. `--first-chunk-tokens N` makes the first chunk carry N tokens. `--jit-requests N --jit-s S` models
 an engine that JIT-compiles kernels on first use (LMDeploy's AWQ Triton path): the i-th of the first N
@@ -16,6 +17,9 @@ after N requests, `--error-mid-stream` sends an error event after the first chun
 seconds after the first chunk, `--metrics-lag-s` delays counter updates like LMDeploy's lagging /metrics.
 `--loop N` makes every output cycle through its first N words, like a model stuck in a loop (with
 `--loop-every M`, only the outputs of prompts whose hash is a multiple of M: a model that loops on some).
+`--unstable-after N` models a plain engine that is not deterministic (LMDeploy's AWQ split-K kernel adds
+partial sums with atomics, in whatever order its blocks finish): after N tokens every request's words depend
+on how many requests the server has answered, so two trials of the same prompt differ there.
 
 Used by tests (`SyntheticEngine` implements the serve stage's `Engine`) and by
 `benchmarks/bench_client_throughput.py`. Run: `python -m specq.pipeline.bench.synthetic --port 0`."""
@@ -181,6 +185,9 @@ def make_handler(args: argparse.Namespace, counters: Counters) -> type[BaseHTTPR
             words = [f" w{(seed + i * 7919) % 100000:05d}" for i in range(n)]  # fixed width: 7 chars a token
             if args.loop and seed % args.loop_every == 0:
                 words = [words[i % args.loop] for i in range(n)]
+            if args.unstable_after is not None:  # from there on, this request's words are its own
+                at = args.unstable_after
+                words[at:] = [f" u{(seed + n_req * 104729 + i) % 100000:05d}" for i in range(at, n)]
             sizes = plan_chunks(args.draft_tokens, n, pattern, args.tokens_per_chunk, args.first_chunk_tokens)
             jit = args.jit_s * (1 - (n_req - 1) / args.jit_requests) if n_req <= args.jit_requests else 0.0
             if not body.get("stream"):
@@ -271,6 +278,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stall-s", type=float, default=0.0, help="pause after the first chunk")
     p.add_argument("--loop", type=int, default=0, help="outputs cycle through their first N words")
     p.add_argument("--loop-every", type=int, default=1, help="--loop only where the prompt's hash %% M == 0")
+    p.add_argument(
+        "--unstable-after", type=int, default=None, help="outputs differ between requests after N tokens"
+    )
     return p.parse_args(argv)
 
 
@@ -322,6 +332,7 @@ class SyntheticEngine(Engine):
         self.extra = list(extra)
         self._proc: subprocess.Popen[bytes] | None = None
         self._url = ""
+        self._launched = 0.0
 
     def command(self) -> list[str]:
         return [
@@ -335,6 +346,7 @@ class SyntheticEngine(Engine):
 
     def start(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._launched = time.monotonic()
         self._proc, self._url = start_server(
             "--draft-tokens", str(self.draft_tokens), *self.extra, log=self.log_path
         )
@@ -346,6 +358,7 @@ class SyntheticEngine(Engine):
         while time.monotonic() < deadline:
             try:
                 if httpx.get(self._url + "/v1/models", timeout=2).status_code == 200:
+                    self.ready_s = round(time.monotonic() - self._launched, 3)
                     return
             except httpx.HTTPError:
                 pass

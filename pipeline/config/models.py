@@ -66,8 +66,13 @@ class EngineSection(Section):
     w4a16_kernel: Literal["auto", "specq", "lmdeploy", "turbomind"] = Field(
         "auto",
         description="LMDeploy PyTorch engine, 4-bit AWQ linears: specq's deterministic kernel (lmdeploy "
-        "0.18.0; "
-        "auto: specq where it applies), LMDeploy's Triton kernel, or TurboMind's (fp16; docs/w4a16.md)",
+        "0.18.0; auto: specq where it applies), LMDeploy's Triton kernel, or TurboMind's (fp16); "
+        "docs/w4a16.md",
+    )
+    logprobs_mode: Literal["raw_logprobs", "raw_logits"] | None = Field(
+        None,
+        description="LMDeploy PyTorch engine --logprobs-mode: without it a request for logprobs is HTTP 400; "
+        "bench sets raw_logprobs on the baselines its lossless check scores",
     )
     ready_timeout_s: float = Field(600.0, gt=0)
     max_queue: int = Field(64, ge=1, description="embedded engine: waiting requests before 429")

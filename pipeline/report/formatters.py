@@ -38,7 +38,7 @@ def _f(v: float | None, spec: str = ".2f", scale: float = 1.0) -> str:
 def run_rows(report: BenchReport) -> list[dict[str, Any]]:
     rows = []
     for r in report.runs:
-        a, acc = r.aggregate, r.acceptance
+        a, acc, rep = r.aggregate, r.acceptance, r.reproducibility
         e2e = r.e2e_speedup if r.e2e_speedup is not None or report.speedup_basis != "e2e" else r.speedup
         rows.append(
             {
@@ -93,6 +93,12 @@ def run_rows(report: BenchReport) -> list[dict[str, Any]]:
                 "server_decode_tokens_per_s": r.server.server_decode_tokens_per_s if r.server else None,
                 "client_decode_tokens_per_s": r.server.client_decode_tokens_per_s if r.server else None,
                 "lossless_exact_match": r.lossless.exact_match_rate if r.lossless else None,
+                # False: the baseline's own trials differ and so do the outputs: the rate judges nothing
+                "lossless_judged": r.lossless.not_judged == 0 if r.lossless else None,
+                "reproducible": rep.reproducible if rep else None,
+                "trials_equal": rep.equal if rep and rep.reproducible is not None else None,
+                "trials_compared": rep.compared if rep and rep.reproducible is not None else None,
+                "server_ready_s": r.server_ready_s,
                 "roofline_fraction": r.roofline.fraction if r.roofline else None,
                 "energy_j": r.telemetry.energy_j,
                 "joules_per_token": r.telemetry.joules_per_output_token,
@@ -141,6 +147,8 @@ COLUMNS = [
     ("accept", "acceptance_rate", ".1%", 3),
     ("τ", "acceptance_length", ".2f", 0),
     ("lossless", "lossless_exact_match", ".0%", 2),
+    ("repro", None, None, 15),
+    ("ready s", "server_ready_s", ".1f", 16),
     ("check", None, None, 0),
 ]
 # Shorter headers for a narrow table
@@ -171,6 +179,10 @@ def _cells(row: dict[str, Any]) -> list[str]:
             out.append(f"{row['steady_trials']}/{row['trials']}" if row["trials"] else "-")
         elif name == "check":
             out.append(row["check"])
+        elif name == "repro":  # prompts with the same output in every trial / prompts compared
+            out.append(f"{row['trials_equal']}/{row['trials_compared']}" if row["trials_compared"] else "-")
+        elif name == "lossless" and row["lossless_judged"] is False:
+            out.append("-")  # not judged: the baseline is not reproducible (the footer says so)
         elif key is None:
             out.append(f"{row['requests'] - row['errors']}/{row['requests']}")
         elif spec is None:
@@ -254,6 +266,10 @@ def _footer(report: BenchReport) -> list[str]:
             per_run.append((r.key, f"tokenizer recount differs from the server's usage in {n} request(s); "
                             "the rates use the server's count (generated tokens need not re-tokenize "
                             "the same way)"))  # fmt: skip
+        trials = r.reproducibility
+        if trials is not None and trials.reproducible is False:
+            so = "; the plain engine is not deterministic here, so speculation is not judged against it"
+            per_run.append((r.key, trials.summary + (so if r.baseline else "")))
         if r.lossless and not r.lossless.passed:
             per_run.append((r.key, lossless_line(r.lossless)))
     return list(dict.fromkeys(lines + _once(per_run)))

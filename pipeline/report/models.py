@@ -13,8 +13,10 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ..errors import InputError
 
-SCHEMA_VERSION = "1.2"  # 1.1: warm-up, trials, consistency, step cost, headline; 1.2: decode-rate headline
-# (headline basis, client decode rates per trial, e2e and decode-rate speedups). 1.0 and 1.1 still load.
+SCHEMA_VERSION = "1.3"  # 1.1: warm-up, trials, consistency, step cost, headline; 1.2: decode-rate headline
+# (headline basis, client decode rates per trial, e2e and decode-rate speedups); 1.3: each run's
+# reproducibility across its trials, the lossless check's baseline-not-reproducible verdict, each server's
+# ready time. 1.0, 1.1 and 1.2 still load.
 HeadlineBasis = Literal["decode", "e2e"]
 
 
@@ -234,11 +236,29 @@ class Roofline(BaseModel):
     fraction: float
 
 
+class Reproducibility(BaseModel):
+    """Whether a run's own trials gave the same temperature-0 output for the same prompt and repeat (1.3).
+    A plain engine whose trials differ (LMDeploy's AWQ split-K kernel adds its partial sums with atomics, in
+    whatever order the blocks finish) is no reference for speculation's outputs: the lossless check then
+    says so instead of judging them against it."""
+
+    trials: int  # trials with at least one ok request
+    compared: int = 0  # prompts (id, repeat) with an ok output in two or more trials
+    equal: int = 0  # of those, the same output in every trial
+    unit: Literal["tokens", "chars"] = "chars"  # token ids when every output has them, else text
+    reproducible: bool | None = None  # None: fewer than two trials to compare
+    # id, repeat, trial (the first that differs from trial 1), first_divergence, lengths; at most 20
+    differing: list[dict[str, Any]] = Field(default_factory=list)
+    summary: str = ""
+
+
 class Lossless(BaseModel):
     """Temperature-0 outputs of a speculative run against the baseline's, prompt by prompt. Each divergence
     is explained from the baseline's reference pass (`bench/divergence.py`): where the baseline's top-2
     logprob margin at the first differing token is below `near_tie_margin` it is a near-tie (numerics can
-    flip it), at or above it a mismatch, and without logprobs there unexplained."""
+    flip it), at or above it a mismatch, and without logprobs there unexplained. When the baseline's own
+    trials differ (`baseline_reproducible` False, 1.3) no divergence is judged: each is
+    `baseline-not-reproducible` (its margin still recorded) and counted in `not_judged`."""
 
     compared: int
     exact_matches: int
@@ -253,6 +273,8 @@ class Lossless(BaseModel):
     real_mismatches: int = 0
     unexplained: int = 0
     near_tie_margin: float | None = None
+    baseline_reproducible: bool | None = None  # the baseline run's `reproducibility.reproducible` (1.3)
+    not_judged: int = 0  # divergences left unjudged because the baseline is not reproducible (1.3)
     summary: str = ""
 
 
@@ -311,6 +333,10 @@ class Run(BaseModel):
     server: ServerCheck | None = None
     telemetry: Telemetry = Field(default_factory=Telemetry)
     roofline: Roofline | None = None
+    # Seconds from the server's launch to its first ready answer at /v1/models (1.3): the runs of one server
+    # (one per concurrency) share it; None for a server specq did not start (`--url`) or that never answered.
+    server_ready_s: float | None = None
+    reproducibility: Reproducibility | None = None  # its trials against each other, at temperature 0 (1.3)
     lossless: Lossless | None = None
     # The speedup on the report's `speedup_basis` (the headline's, best k's and the gates' figure): the
     # median steady decode rate (or output tok/s, basis e2e) over the paired baseline's (same concurrency).

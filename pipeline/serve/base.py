@@ -4,6 +4,7 @@ optional API keys (read from an environment variable or a file, never echoed).""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from ..errors import ConfigError, InputError
@@ -62,6 +63,7 @@ class ProcessEngine(Engine):
         self.api_keys = read_api_keys(spec.options)
         warn_if_exposed(spec.host, self.api_keys, progress)
         self._proc: ManagedProcess | None = None
+        self._launched: float | None = None  # time.monotonic() at the launch
 
     # -- what subclasses provide ------------------------------------------------------------------------
     def argv(self, *, masked: bool) -> list[str]:
@@ -122,6 +124,7 @@ class ProcessEngine(Engine):
             progress=self.progress, die_with_parent=self.die_with_parent,
         )  # fmt: skip
         self._proc.start()
+        self._launched = time.monotonic()  # after preflight and prepare (an fp16 drafter copy): the launch
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
         if self._proc is None:
@@ -130,6 +133,8 @@ class ProcessEngine(Engine):
         headers = {"Authorization": f"Bearer {self.api_keys[0]}"} if self.api_keys else None
         timeout = timeout_s if timeout_s is not None else self.spec.options.ready_timeout_s
         self._proc.wait_ready(f"{self.base_url}/v1/models", timeout, headers)
+        if self.ready_s is None and self._launched is not None:
+            self.ready_s = round(time.monotonic() - self._launched, 3)
 
     def stop(self) -> None:
         if self._proc is not None:

@@ -14,6 +14,8 @@ class Engine(abc.ABC):
 
     #: the server's name (`engines.ServerName`: "lmdeploy" or "embedded"; bench's test server: "synthetic")
     name: str
+    #: seconds from the launch to the first ready answer, set by `wait_ready` (None until then)
+    ready_s: float | None = None
 
     @abc.abstractmethod
     def command(self) -> list[str]:
@@ -25,7 +27,8 @@ class Engine(abc.ABC):
 
     @abc.abstractmethod
     def wait_ready(self, timeout_s: float) -> None:
-        """Block until the server answers, or raise ProcessFailed with the log's tail."""
+        """Block until the server answers (then `ready_s` holds how long it took since the launch), or raise
+        ProcessFailed with the log's tail."""
 
     @abc.abstractmethod
     def stop(self) -> None:

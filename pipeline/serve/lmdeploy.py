@@ -2,8 +2,9 @@
 built from the `ServeSpec`. Plain decoding on TurboMind (the default baseline; `--model-format
 awq|gptq` from the checkpoint's `quantization_config`) or the PyTorch engine; speculative decoding only on the
 PyTorch engine (`--speculative-algorithm`, `--speculative-draft-model`, `--speculative-num-draft-tokens`,
-`--speculative-dflash-block-size`); `--tp N` over N GPUs of this host (engines/parallel.py). Preflight runs
-before the launch."""
+`--speculative-dflash-block-size`); `--tp N` over N GPUs of this host (engines/parallel.py); the PyTorch
+engine's `--logprobs-mode` (`engine.logprobs_mode`: without it the api_server answers a request for logprobs
+with HTTP 400; TurboMind serves them without it). Preflight runs before the launch."""
 
 from __future__ import annotations
 
@@ -57,6 +58,8 @@ class LMDeployEngine(ProcessEngine):
             argv += ["--enable-prefix-caching"]
         if eng.eager_mode and backend == "pytorch":
             argv += ["--eager-mode"]
+        if eng.logprobs_mode and backend == "pytorch":  # TurboMind serves logprobs without it
+            argv += ["--logprobs-mode", eng.logprobs_mode]
         if spec.speculative:
             assert spec.method is not None
             argv += ["--speculative-algorithm", spec.method]

@@ -43,6 +43,7 @@ class ServerOptions:
     eager_mode: bool = False
     step_patch: bool = False
     w4a16_kernel: str = "auto"
+    logprobs_mode: str | None = None
     max_queue: int = 64
     ready_timeout_s: float = 600.0
     max_new_tokens: int = 256
@@ -81,6 +82,7 @@ class ServeRequest:
             distributed_executor_backend=e.distributed_executor_backend,
             enable_prefix_caching=e.enable_prefix_caching,
             eager_mode=e.eager_mode, step_patch=e.step_patch, w4a16_kernel=e.w4a16_kernel,
+            logprobs_mode=e.logprobs_mode,
             max_queue=e.max_queue,
             ready_timeout_s=e.ready_timeout_s,
             max_new_tokens=cfg.generation.max_new_tokens, trust_remote_code=m.trust_remote_code,

@@ -50,7 +50,7 @@ def test_embedded_sweep_with_baseline_and_gate(cli, toy_pair, tmp_path):
     assert report.gates[0].name == "min_speedup" and not report.gates[0].passed
     for png in ("throughput_vs_k", "acceptance_by_position", "latency_percentiles"):
         assert (out / "plots" / f"{png}.png").stat().st_size > 1000
-    assert json.loads((out / "report.json").read_text())["schema_version"] == "1.2"
+    assert json.loads((out / "report.json").read_text())["schema_version"] == "1.3"
 
 
 def test_a_divergence_is_explained_by_the_baselines_logprob_margin(toy_pair, tmp_path):
@@ -58,7 +58,8 @@ def test_a_divergence_is_explained_by_the_baselines_logprob_margin(toy_pair, tmp
     engine's verification batch has): the run leaves the baseline's text on some of the code prompts (which
     ones depends on the toy's trained weights, so four prompts of 48 tokens are sent), and report.json says
     where, with which tokens, at what top-2 margin the baseline's untimed reference pass measured there, and
-    that each is a near-tie."""
+    that each is a near-tie. Each run's two trials are compared first: the embedded engine on CPU decodes the
+    same tokens every time, so the baseline is reproducible and the divergences are judged."""
     import dataclasses
 
     from specq.pipeline.bench import BenchRequest
@@ -76,7 +77,7 @@ def test_a_divergence_is_explained_by_the_baselines_logprob_margin(toy_pair, tmp
         {"model": {"model_path": str(toy_pair.target), "draft_model_path": str(toy_pair.draft)},
          "engine": {"engine": "embedded", "device": "cpu"},
          "bench": {"draft_tokens": [3], "suite": "code", "mode": "completion", "requests": 4,
-                   "max_tokens": 48, "warmup": 0, "trials": 1, "out": str(tmp_path / "run")}}
+                   "max_tokens": 48, "warmup": 0, "trials": 2, "out": str(tmp_path / "run")}}
     )  # fmt: skip
     run_bench(BenchRequest.from_config(cfg), engine_factory=factory)
     saved = json.loads((tmp_path / "run" / "report.json").read_text())
@@ -86,10 +87,17 @@ def test_a_divergence_is_explained_by_the_baselines_logprob_margin(toy_pair, tmp
     assert counts == (4, 4, 4, 4)
     assert "reference" not in base and all("scores" not in r for r in base["requests"])
     assert all(len(r["token_ids"]) == r["output_tokens"] for r in base["requests"] + k3["requests"])
+    for run in (base, k3):
+        rep = run["reproducibility"]
+        assert (rep["trials"], rep["compared"], rep["equal"], rep["unit"], rep["reproducible"]) == (
+            2, 4, 4, "tokens", True,
+        )  # fmt: skip
+        assert run["server_ready_s"] > 0  # the real server's launch to its first ready answer
     ll = k3["lossless"]
-    assert ll["token_ids"] and (ll["compared"], ll["near_tie_margin"]) == (4, 0.25)
+    assert ll["token_ids"] and (ll["compared"], ll["near_tie_margin"]) == (8, 0.25)
+    assert (ll["baseline_reproducible"], ll["not_judged"]) == (True, 0)
     n = len(ll["mismatches"])
-    assert n >= 1 and ll["exact_matches"] == 4 - n
+    assert n >= 1 and n % 2 == 0 and ll["exact_matches"] == 8 - n  # each diverging prompt, in both trials
     for m in ll["mismatches"]:
         ids = {r["id"]: r["token_ids"] for r in base["requests"]}[m["id"]]
         run_ids = {r["id"]: r["token_ids"] for r in k3["requests"]}[m["id"]]
@@ -98,5 +106,5 @@ def test_a_divergence_is_explained_by_the_baselines_logprob_margin(toy_pair, tmp
         assert (m["baseline_token"]["id"], m["run_token"]["id"]) == (ids[k], run_ids[k])
         assert 0 <= m["margin"] < 0.25 and m["verdict"] == "near-tie" and m["runner_up"] is True
     assert (ll["near_ties"], ll["real_mismatches"], ll["unexplained"]) == (n, 0, 0)
-    assert ll["summary"].startswith(f"lossless: {4 - n}/4 equal, {n} near-tie")
+    assert ll["summary"].startswith(f"lossless: {8 - n}/8 equal, {n} near-tie")
     assert ll["summary"] in (tmp_path / "run" / "summary.md").read_text()

@@ -79,9 +79,14 @@ def test_sweep_with_baseline(tmp_path):
         assert acc.client_tokens_per_chunk == pytest.approx(acc.acceptance_length)
         assert not acc.client_disagrees
         assert run.lossless is not None and run.lossless.passed and run.lossless.compared == 12
+        assert run.lossless.baseline_reproducible is True and run.lossless.not_judged == 0
         assert run.speedup is not None and run.baseline_label == "baseline"
         assert run.server is not None and run.server.generation_tokens == run.aggregate.output_tokens
     assert report.runs[0].aggregate.output_tokens == 3 * 4 * MAX_TOKENS
+    for run in report.runs:  # the same greedy output in all 3 trials; each server's launch-to-ready time
+        rep = run.reproducibility
+        assert rep is not None and (rep.trials, rep.compared, rep.equal, rep.reproducible) == (3, 4, 4, True)
+        assert run.server_ready_s is not None and run.server_ready_s > 0
     assert report.best_k is not None and report.best_k.recommended_k >= 1
     out = tmp_path / "out"
     loaded = BenchReport.load(out / "report.json")
@@ -91,6 +96,58 @@ def test_sweep_with_baseline(tmp_path):
     for png in ("throughput_vs_k", "acceptance_by_position", "latency_percentiles"):
         assert (out / "plots" / f"{png}.png").stat().st_size > 1000
     assert (out / "servers" / "k3" / "server.log").exists()
+
+
+def test_a_baseline_whose_trials_differ_judges_no_speculative_output(tmp_path, cli):
+    """A plain engine that is not deterministic (as LMDeploy's AWQ baseline on the H200: its two trials of the
+    same 4 prompts differed on 4 of 4): its trials are compared first, and then speculation's outputs are
+    not judged against it — every divergence is baseline-not-reproducible instead of unexplained, and the
+    report, its text and the table say so."""
+    cfg = config(tmp_path, draft_tokens=[3], trials=2)
+    report = run_bench(BenchRequest.from_config(cfg), engine_factory=factory({0: ["--unstable-after", "3"]}))
+    base, k3 = report.runs
+    rep = base.reproducibility
+    assert rep is not None and (rep.trials, rep.compared, rep.equal, rep.reproducible) == (2, 4, 0, False)
+    assert rep.unit == "chars" and len(rep.differing) == 4
+    texts = {(r.id, r.trial): r.output_text for r in base.requests}
+    for d in rep.differing:
+        a, b = texts[(d["id"], 0)], texts[(d["id"], d["trial"])]
+        assert d["trial"] == 1 and a[: d["first_divergence"]] == b[: d["first_divergence"]]
+        assert a[d["first_divergence"]] != b[d["first_divergence"]] and d["first_divergence"] >= 3 * 7
+    assert k3.reproducibility is not None and k3.reproducibility.reproducible is True
+    ll = k3.lossless
+    assert ll is not None and (ll.compared, ll.exact_matches, ll.passed) == (8, 0, False)
+    assert (ll.baseline_reproducible, ll.not_judged, ll.unexplained, ll.near_ties, ll.real_mismatches) == (
+        False, 8, 0, 0, 0,
+    )  # fmt: skip
+    assert {m["verdict"] for m in ll.mismatches} == {"baseline-not-reproducible"}
+    assert all(m["why"] == "the baseline's own trials differ on 4/4 prompts" for m in ll.mismatches)
+    assert ll.summary == (
+        "lossless: not judged, the baseline is not reproducible (its own trials differ); 0/8 equal to its "
+        "first trial"
+    )
+    saved = BenchReport.load(tmp_path / "out" / "report.json")
+    assert saved.schema_version == "1.3" and saved.runs[1].lossless == ll
+    code, out, err = cli("report", "show", str(tmp_path / "out" / "report.json"), "--wide")
+    assert code == 0, err
+    assert "baseline@c1: NOT reproducible: its 2 trials gave different greedy outputs for 4/4 prompts" in out
+    assert "so speculation is not judged against it" in out and f"k=3@c1: {ll.summary}" in out
+    header, rows = _table_rows(out)
+    assert rows["baseline"][header.index("repro")] == "0/4" and rows["k=3"][header.index("repro")] == "4/4"
+    assert rows["k=3"][header.index("lossless")] == "-"  # not 0 %: nothing was judged
+    assert rows["baseline"][header.index("ready s")] == f"{base.server_ready_s:.1f}"
+    code, out, _ = cli("report", "show", str(tmp_path / "out" / "report.json"), "--json")
+    runs = json.loads(out)["runs"]
+    assert code == 0 and runs[0]["server_ready_s"] == base.server_ready_s
+    assert runs[0]["reproducibility"]["reproducible"] is False
+
+
+def _table_rows(text: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The table's header cells and its rows' cells by run label."""
+    lines = text.splitlines()
+    header = next(ln for ln in lines if ln.startswith("┃"))
+    rows = [[c.strip() for c in ln.strip("│").split("│")] for ln in lines if ln.startswith("│")]
+    return [c.strip() for c in header.strip("┃").split("┃")], {row[0]: row for row in rows}
 
 
 def test_faults_stay_local_to_their_run(tmp_path):

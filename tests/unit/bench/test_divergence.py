@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specq.pipeline.bench.analysis import lossless
+from specq.pipeline.bench.analysis import lossless, reproducibility
 from specq.pipeline.bench.client import RequestSpec, _handle_event, _Stream
 from specq.pipeline.bench.divergence import NEAR_TIE_MARGIN, classify, explain, summary, top2_margin
 from specq.pipeline.report.models import RequestRecord, Run, TokenScore
@@ -100,6 +100,70 @@ def test_unexplained_without_reference_or_when_it_differs(recorded) -> None:
     ref.token_ids = [*ref.token_ids[:10], 3, *ref.token_ids[11:]]  # type: ignore[index]
     d = explain(recorded["baseline"], recorded["run"], 16, True, ref)
     assert d.verdict == "unexplained" and "leaves the timed baseline" in (d.why or "")
+
+
+def with_second_trial(run: Run, *, change: str | None = None) -> Run:
+    """`run` measured twice: its records again as trial 1, the output of prompt `change` one token off (its
+    sixth, or its last when shorter)."""
+    again = []
+    for r in run.requests:
+        r2 = r.model_copy(update={"trial": 1})
+        if r.id == change and r.token_ids:
+            at = min(5, len(r.token_ids) - 1)
+            ids = [*r.token_ids[:at], r.token_ids[at] + 1, *r.token_ids[at + 1 :]]
+            r2 = r2.model_copy(update={"token_ids": ids, "output_text": r.output_text + "~"})
+        again.append(r2)
+    return run.model_copy(update={"requests": [*run.requests, *again]})
+
+
+def test_trials_compared_first_by_token_id(recorded) -> None:
+    base, _ = runs(recorded)
+    same = reproducibility(with_second_trial(base))
+    assert same is not None and (same.trials, same.compared, same.equal, same.unit) == (2, 2, 2, "tokens")
+    assert same.reproducible is True and same.summary == "trials agree: 2/2 prompts the same in all 2 trials"
+    off = reproducibility(with_second_trial(base, change="code-01"))
+    assert off is not None and (off.compared, off.equal, off.reproducible) == (2, 1, False)
+    n = len(recorded["baseline"].token_ids or [])
+    assert off.differing == [
+        {"id": "code-01", "repeat": 0, "trial": 1, "first_divergence": 5, "first_len": n, "other_len": n}
+    ]
+    assert off.summary == (
+        "NOT reproducible: its 2 trials gave different greedy outputs for 1/2 prompts (first: code-01, "
+        "trial 2 leaves trial 1 at token 5)"
+    )
+    one = reproducibility(base)  # one trial: nothing to compare
+    assert one is not None and one.reproducible is None and one.compared == 0
+
+
+def test_a_baseline_that_is_not_reproducible_judges_nothing_but_keeps_the_margin(recorded) -> None:
+    """The recorded near-tie, against a baseline whose second trial decoded one prompt differently: the
+    divergence is not judged (not a near-tie, not unexplained), and the reference pass's margin is kept."""
+    base, run = runs(recorded)
+    judged = lossless(base, run)
+    base = with_second_trial(base, change="code-00")
+    base.reproducibility = reproducibility(base)
+    ll = lossless(base, run)
+    assert ll is not None and judged is not None and ll.baseline_reproducible is False
+    counts = (ll.compared, ll.exact_matches, ll.near_ties, ll.real_mismatches, ll.unexplained, ll.not_judged)
+    assert counts == (2, 1, 0, 0, 0, 1) and not ll.passed
+    m, before = ll.mismatches[0], judged.mismatches[0]
+    assert m["verdict"] == "baseline-not-reproducible" and before["verdict"] == "near-tie"
+    assert (m["margin"], m["baseline_token"], m["run_token"]) == (
+        before["margin"],
+        before["baseline_token"],
+        before["run_token"],
+    )
+    assert m["why"] == "the baseline's own trials differ on 1/2 prompts"
+    assert ll.summary == (
+        "lossless: not judged, the baseline is not reproducible (its own trials differ); 1/2 equal to its "
+        "first trial"
+    )
+    # a reproducible baseline (its two trials the same) is judged as before
+    base, run = runs(recorded)
+    base = with_second_trial(base)
+    base.reproducibility = reproducibility(base)
+    again = lossless(base, run)
+    assert again is not None and again.baseline_reproducible is True and again.summary == judged.summary
 
 
 def test_summary_lists_each_kind() -> None:

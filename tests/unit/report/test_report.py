@@ -71,7 +71,7 @@ def test_save_load_roundtrip(tmp_path):
     rep = make_report()
     p = rep.save(tmp_path / "r.json")
     assert BenchReport.load(p) == rep
-    assert json.loads(p.read_text())["schema_version"] == "1.2"
+    assert json.loads(p.read_text())["schema_version"] == "1.3"
 
 
 def test_load_refuses_foreign_and_broken_files(tmp_path):
@@ -279,6 +279,23 @@ def test_a_real_schema_1_1_report_still_loads_shows_compares_and_gates(tmp_path)
         run.decode_throughput = Spread()
     gate = evaluate_gates(new, old=old, max_regression=0.05)[0]
     assert not gate.passed and "worst decode rate change -10.0%" in gate.reason
+
+
+@pytest.mark.parametrize("name", ["h200-awq-dflash-1.1.json.gz", "h200-qwen35-dflash-heldout-1.2.json.gz"])
+def test_real_reports_from_before_1_3_load_without_reproducibility_or_ready_times(tmp_path, name):
+    """Schema 1.3 added each run's reproducibility, its server's ready time and the lossless check's
+    not-judged count: a 1.1 and a 1.2 report from the H200 load with those unknown, and render."""
+    path = tmp_path / "report.json"
+    path.write_bytes(gzip.decompress((H200_1_1.parent / name).read_bytes()))
+    old = BenchReport.load(path)
+    assert old.schema_version in ("1.1", "1.2") and old.runs
+    assert all(r.reproducibility is None and r.server_ready_s is None for r in old.runs)
+    judged = [r.lossless for r in old.runs if r.lossless is not None]
+    assert judged and all(ll.baseline_reproducible is None and ll.not_judged == 0 for ll in judged)
+    rows = list(csv.DictReader(io.StringIO(render(old, "csv"))))
+    assert {row["reproducible"] for row in rows} == {""} and {row["server_ready_s"] for row in rows} == {""}
+    header = next(ln for ln in render(old, "table", wide=True).splitlines() if ln.startswith("┃"))
+    assert "repro" in header and "ready s" in header
 
 
 CODE = "def area(r):\n    return 3.14159 * r * r\n"

@@ -432,3 +432,87 @@ def test_w4a16_kernel_refusals_are_one_line(tmp_path: Path, monkeypatch: pytest.
     spec = resolve_spec(Req.from_config(cfg), said.append)
     assert spec.w4a16_kernel == "lmdeploy"
     assert any(line.startswith("W4A16 kernel: LMDeploy's Triton kernel") for line in said)
+
+
+def test_logprobs_mode_goes_to_the_pytorch_engine_with_or_without_speculation(
+    tmp_path: Path, ckpts: dict[str, Path]
+) -> None:
+    """LMDeploy 0.18's api_server answers a request for logprobs with HTTP 400 unless the PyTorch engine was
+    started with `--logprobs-mode` (raw_logits | raw_logprobs); its speculative agent reads the same mode.
+    TurboMind serves logprobs without it, and the flag belongs to the PyTorch engine's group: not passed."""
+    on = {"backend": "pytorch", "logprobs_mode": "raw_logprobs"}
+    plain = engine_for(tmp_path, ckpts["target"], on).command()
+    assert plain == head(ckpts["target"], "pytorch") + TAIL + ["--logprobs-mode", "raw_logprobs"]
+    spec = engine_for(
+        tmp_path, ckpts["target"], {**on, "logprobs_mode": "raw_logits"},
+        model={"draft_model_path": str(ckpts["dflash"]), "num_draft_tokens": 3},
+    ).command()  # fmt: skip
+    i = spec.index("--logprobs-mode")
+    assert spec[i + 1] == "raw_logits" and spec[spec.index("--speculative-algorithm") + 1] == "dflash"
+    turbomind = engine_for(tmp_path, ckpts["awq"], {"backend": "turbomind", "logprobs_mode": "raw_logprobs"})
+    assert "--logprobs-mode" not in turbomind.command()
+    assert "--logprobs-mode" not in engine_for(tmp_path, ckpts["target"], {"backend": "pytorch"}).command()
+
+
+def test_a_logprobs_mode_lmdeploy_does_not_know_is_refused_naming_the_key(
+    cli, ckpts: dict[str, Path]
+) -> None:
+    code, out, err = cli(
+        "serve", str(ckpts["target"]), "--engine", "lmdeploy", "--dry-run",
+        env={"SPECQ_ENGINE__LOGPROBS_MODE": "processed_logprobs"},
+    )  # fmt: skip
+    assert code == 2 and out == "", err
+    assert err.startswith("specq: error:") and "engine.logprobs_mode" in err and len(err.splitlines()) == 1
+
+
+def test_dry_run_shows_the_logprobs_mode(cli, ckpts: dict[str, Path]) -> None:
+    args = ("serve", str(ckpts["target"]), "--engine", "lmdeploy", "--backend", "pytorch", "--dry-run")
+    code, out, err = cli(*args, env={"SPECQ_ENGINE__LOGPROBS_MODE": "raw_logprobs"})
+    assert code == 0, err
+    assert "--logprobs-mode raw_logprobs" in out.splitlines()[0]
+    assert 'logprobs_mode = "raw_logprobs"' in err  # the resolved config, which the dry run shows on stderr
+    code, out, _ = cli(*args)
+    assert code == 0 and "--logprobs-mode" not in out.splitlines()[0]
+
+
+def bench_plan(ckpts: dict[str, Path], engine: dict[str, Any], **bench: Any) -> dict[str, list[str]]:
+    """The LMDeploy command of every server a `specq bench` sweep of the target with a DFlash drafter
+    would start, by run label."""
+    from specq.pipeline.bench import BenchRequest
+    from specq.pipeline.bench.runner import sweep_plan
+
+    cfg = SpecqConfig.model_validate(
+        {"model": {"model_path": str(ckpts["target"]), "draft_model_path": str(ckpts["dflash"]),
+                   "model_name": "m"},
+         "engine": {"engine": "lmdeploy", "port": PORT, **engine},
+         "bench": {"draft_tokens": [3], **bench}}
+    )  # fmt: skip
+    request = BenchRequest.from_config(cfg)
+    return {label: create_engine(s, Path("run")).command() for label, s in sweep_plan(request)}
+
+
+def test_bench_starts_the_baselines_it_scores_with_a_logprobs_mode(ckpts: dict[str, Path]) -> None:
+    """At temperature 0 with a speculative run to check, the baselines' outputs get an untimed reference pass
+    that asks for the top-2 logprobs: the PyTorch engine's baseline is started with raw_logprobs (the logits'
+    log-softmax before sampling's top_k = 1), the speculative run as the user configured it."""
+    cmds = bench_plan(ckpts, {"backend": "pytorch"})
+    assert list(cmds) == ["baseline", "k=3"]
+    base, k3 = cmds["baseline"], cmds["k=3"]
+    assert base[base.index("--logprobs-mode") + 1] == "raw_logprobs"
+    assert "--speculative-algorithm" not in base
+    assert "--logprobs-mode" not in k3 and "--speculative-algorithm" in k3
+    # a mode the user set is kept; at temperature > 0 there is no reference pass, so no mode
+    raw = bench_plan(ckpts, {"backend": "pytorch", "logprobs_mode": "raw_logits"})["baseline"]
+    assert raw[raw.index("--logprobs-mode") + 1] == "raw_logits"
+    sampled = bench_plan(ckpts, {"backend": "pytorch"}, temperature=0.7)
+    assert all("--logprobs-mode" not in cmd for cmd in sampled.values())
+
+
+def test_bench_gives_every_pytorch_baseline_the_mode_and_turbomind_none(ckpts: dict[str, Path]) -> None:
+    cmds = bench_plan(ckpts, {}, baseline_engine="turbomind,pytorch")
+    assert list(cmds) == ["baseline-turbomind", "baseline-pytorch", "k=3"]
+    assert "--logprobs-mode" not in cmds["baseline-turbomind"]  # TurboMind serves logprobs without it
+    pt = cmds["baseline-pytorch"]
+    assert (
+        pt[pt.index("--backend") + 1] == "pytorch" and pt[pt.index("--logprobs-mode") + 1] == "raw_logprobs"
+    )

@@ -74,3 +74,25 @@ def test_lmdeploy_parses_what_specq_builds(
         assert getattr(ns, key) == value, (key, getattr(ns, key))
     if "K" in args:
         assert ns.api_keys == ["***"]  # the dry run masks secrets; the launch passes the real one
+
+
+def test_lmdeploy_parses_the_logprobs_mode_bench_starts_a_baseline_with(
+    lmdeploy_parser: Any, ckpts: dict[str, Path]
+) -> None:
+    """The baseline a temperature-0 sweep scores, on the PyTorch engine: LMDeploy reads `--logprobs-mode
+    raw_logprobs` (its choices are raw_logits and raw_logprobs), and the speculative run's command parses
+    without it."""
+    from specq.pipeline.bench import BenchRequest
+    from specq.pipeline.bench.runner import sweep_plan
+    from specq.pipeline.config.models import SpecqConfig
+    from specq.pipeline.serve import create_engine
+
+    cfg = SpecqConfig.model_validate(
+        {"model": {"model_path": str(ckpts["target"]), "draft_model_path": str(ckpts["dflash"])},
+         "engine": {"engine": "lmdeploy", "backend": "pytorch"}, "bench": {"draft_tokens": [4]}}
+    )  # fmt: skip
+    plan = dict(sweep_plan(BenchRequest.from_config(cfg)))
+    base = lmdeploy_parser.parse_args(create_engine(plan["baseline"], Path("run")).command()[3:])
+    spec = lmdeploy_parser.parse_args(create_engine(plan["k=4"], Path("run")).command()[3:])
+    assert (base.backend, base.logprobs_mode, base.speculative_algorithm) == ("pytorch", "raw_logprobs", None)
+    assert (spec.logprobs_mode, spec.speculative_algorithm) == (None, "dflash")
