@@ -195,6 +195,11 @@ def _compat_check() -> Check:
         detail += f"; {step.patch} (engine.step_patch) applies too"
     elif compat.ok and step.state != "absent":
         detail += f"; {step.patch} (engine.step_patch, opt-in) does not apply: {step.detail}"
+    draft4 = lmdeploy_compat.status(patch=lmdeploy_compat.DFLASH_AWQ_PATCH)
+    if compat.ok and draft4.ok:
+        detail += f"; {draft4.patch} (4-bit DFlash drafters) applies too"
+    elif compat.ok and draft4.state != "absent":
+        detail += f"; {draft4.patch} (4-bit DFlash drafters) does not apply: {draft4.detail}"
     if compat.ok:
         return Check(name="lmdeploy-compat", status="ok", detail=detail, fix=None)
     return Check(

@@ -25,6 +25,15 @@ no eager FA3 scheduler metadata for a step that a CUDA graph replays (the graph 
 output poll that yields without a 1 ms timer (`spec-step.diff`; measured in docs/step-cost.md). It goes
 through the same hook: `SPECQ_LMDEPLOY_COMPAT` then names both patches, comma-separated.
 
+The third, `dflash-awq` (0.18.0 only), serves a 4-bit (AWQ gemm) DFlash drafter: the DFlash proposer
+(`spec_decode/proposers/dflash.py`) builds the drafter under the target's build context, whose
+`quant_config` is the target's, so a 4-bit drafter beside an unquantized target gets plain linears and
+its `qweight` fails to load, and beside an AWQ target the drafter's modules are matched against the
+target's `modules_to_not_convert` (an entry `mtp.layers.0.self_attn.qkv_proj` also names the drafter's
+`layers.0.self_attn.qkv_proj`). The patch builds the drafter with its own quantization config, as LMDeploy
+already does for one EAGLE-3 architecture (`proposers/eagle3.py`); the drafter's linears are then
+LMDeploy's `AwqLinear`. specq adds it to a launch whose drafter is quantized (`dflash-awq.diff`).
+
 This module reads files only (no lmdeploy import, no torch), so `specq doctor`, `convert` and `plan` can ask
 it on any machine."""
 
@@ -45,6 +54,7 @@ ENV = hook.ENV
 BOOT_DIR = Path(__file__).resolve().parent / "boot"
 PATCH = hook.PATCHES["qwen35-awq-bf16"]
 STEP_PATCH = hook.PATCHES["spec-step"]
+DFLASH_AWQ_PATCH = hook.PATCHES["dflash-awq"]
 SUPPORTED_VERSION = PATCH.version
 
 State = Literal["applies", "patched-on-disk", "absent", "unknown-version", "modified"]
