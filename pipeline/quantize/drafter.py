@@ -147,9 +147,10 @@ def _quantize(
         )
     else:
         calib_report = _no_calibration(cfg)
+        ignored = f" (--calib {cfg.calib} is not read without one)" if cfg.calib else ""
         progress(
-            "warning: no --target-model: round-to-nearest (no calibration); pass --target-model TARGET "
-            "--calib DATA to calibrate on the target's hidden states"
+            f"warning: no --target-model{ignored}: round-to-nearest (no calibration); pass --target-model "
+            "TARGET --calib DATA to calibrate on the target's hidden states"
         )
     drafter, _ = load_drafter(draft, device)
     drafter.requires_grad_(False)

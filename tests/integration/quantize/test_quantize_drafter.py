@@ -58,9 +58,13 @@ def test_round_to_nearest_without_a_target(cli, quantized: dict[str, Path]) -> N
     assert data["drafter"]["algorithm"] == "rtn" and data["calibration"]["samples"] == 0
 
 
-def test_convert_accepts_the_4bit_drafter(cli, quantized: dict[str, Path]) -> None:
-    data = _run(cli, "convert", str(quantized["target"]), "--draft-model", str(quantized["gptq"]),
-                "--draft-tokens", "7")  # fmt: skip
+def test_convert_accepts_the_4bit_drafter(cli, quantized: dict[str, Path], tmp_path: Path) -> None:
+    import shutil
+
+    target = tmp_path / "target"  # convert writes its manifest beside the target: not into the cached toy
+    shutil.copytree(quantized["target"], target)
+    data = _run(cli, "convert", str(target), "--draft-model", str(quantized["gptq"]), "--draft-tokens", "7")
+    assert (target / "specq-manifest.json").is_file()
     by = {v["engine"]: v for v in data["report"]["verdicts"]}
     assert by["pytorch"]["status"] == "accepted", by["pytorch"]
     assert data["report"]["draft"]["kind"] == "dflash" and data["report"]["draft"]["method"] == "dflash"
