@@ -2,7 +2,7 @@
 DRAFTER --for speculative --target-model TARGET --calib DATA`: GPTQ calibrated on the toy target's hidden
 states, a checkpoint `specq convert` accepts and `specq draft eval` scores, and its acceptance against the
 bf16 (here float32) drafter's on the same prompts and target, as docs/draft.md records. Round-to-nearest
-(no target) is scored too. CPU, about five minutes on the shared 2-core machine."""
+(no target) is scored too. CPU, one to five minutes on the shared 2-core machine."""
 
 from __future__ import annotations
 
