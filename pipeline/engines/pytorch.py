@@ -199,8 +199,8 @@ def quantized_drafter_problems(target: Checkpoint, draft: Checkpoint) -> list[st
     problems: list[str] = []
     if q.method != "awq" or q.bits != 4 or (q.version or "") != "gemm":
         problems.append(
-            f"{draft.path}: a {q.bits}-bit {q.method} {q.version or ''} drafter; LMDeploy 0.18's PyTorch "
-            "engine loads a quantized drafter as 4-bit AWQ gemm only: `specq quantize BF16_DRAFTER --for "
+            f"{draft.path}: a {q.bits}-bit {q.method} ({q.version or 'no version'}) drafter; LMDeploy 0.18's "
+            "PyTorch engine loads a quantized drafter as 4-bit AWQ gemm only: `specq quantize BF16_DRAFTER --for "
             "speculative --out DIR` writes one"
         )
         return problems
