@@ -200,8 +200,8 @@ def quantized_drafter_problems(target: Checkpoint, draft: Checkpoint) -> list[st
     if q.method != "awq" or q.bits != 4 or (q.version or "") != "gemm":
         problems.append(
             f"{draft.path}: a {q.bits}-bit {q.method} ({q.version or 'no version'}) drafter; LMDeploy 0.18's "
-            "PyTorch engine loads a quantized drafter as 4-bit AWQ gemm only: `specq quantize BF16_DRAFTER --for "
-            "speculative --out DIR` writes one"
+            "PyTorch engine loads a quantized drafter as 4-bit AWQ gemm only: `specq quantize BF16_DRAFTER "
+            "--for speculative --out DIR` writes one"
         )
         return problems
     problems += [f"drafter {p}" for p in tensor_problems(draft, q)[1][:3]]
