@@ -1,12 +1,13 @@
 """Scale twins on one GPU (written for an H200): `specq plan` for a 24 GB card against the NVML peak of a
-Qwen3.5-27B-AWQ twin with its MTP layer and with a 5-layer DFlash drafter, and the speculative step-cost curve
-on twins from 0.45 B parameters to the 27B-AWQ, all through specq's own commands. Needs LMDeploy 0.18
+Qwen3.5-27B-AWQ twin with its MTP layer, with a 5-layer DFlash drafter and with that drafter in 4 bit, and the
+speculative step-cost curve on twins from 0.45 B parameters to the 27B-AWQ (and the 27B-AWQ's step cost with
+its 4-bit drafter against the bf16 one's), all through specq's own commands. Needs LMDeploy 0.18
 (PyTorch engine, with tilelang and flash-linear-attention for Qwen3.5) and FlashAttention-3 installed by the
 caller (`specq fa3 build`; bf16 head dims 256 for the 27B, 128 for the Qwen3 twins).
 
     python benchmarks/twin_gpu.py --out /tmp/twin-gpu --report-dir "$OUT" [--budget 1500] [--gpu-memory 24GiB]
         [--session-len 8192] [--mtp-tokens 3] [--dflash-tokens 7] [--waves '27b:0,1,3,7,15;...']
-        [--steps twins,memory-mtp,memory-dflash,curve]
+        [--steps twins,memory-mtp,memory-dflash,memory-dflash4,curve]
 
 --out holds the twins (about 45 GB with the default waves: keep it off a directory whose files are fetched);
 --report-dir receives only the small files (summary, tables, each step's stdout and stderr, bench reports).
@@ -14,24 +15,29 @@ caller (`specq fa3 build`; bf16 head dims 256 for the 27B, 128 for the Qwen3 twi
 Steps, in order; each is recorded in OUT/summary.json (exit code, seconds, stderr tail) as it ends, and a step
 is skipped when less of the budget is left than it needs (summary.json then says so):
 - twins: `specq twin tests/fixtures/twin/qwen3_5-27b-config.json --quant awq --drafter mtp --drafter dflash
-  --draft-layers 5 --device cuda` (19.5 GB written), and a bf16 Qwen3 twin with a 5-layer DFlash drafter for
-  every other size the waves name (real layer shapes of Qwen3-0.6B / 1.7B / 8B ..., a 2048-token vocabulary).
-- memory-mtp, memory-dflash (each server alone on the GPU: the NVML peak is the device's): `specq plan TWIN
-  --gpu-memory 24GiB --draft-tokens K --session-len S` gives the 24 GB card's KV cache; `specq plan TWIN` on
-  this GPU the memory free after weights here; their ratio is the `--cache-max-entry-count` that leaves the
-  24 GB card's KV cache on this GPU (the memory fraction that emulates 24 GB). `specq plan` at that ratio,
-  then `specq bench TWIN --method qwen3_5_mtp --draft-tokens K` (or `--method dflash --draft-model
-  TWIN/dflash`) at the same ratio, session length and the card's prefill budget, with no baseline run,
-  on three short prompts and one that fills the prefill budget (where the plan's logits reserve and
-  activations peak), and the NVML peak of the run against the plan's peak.
+  --draft-layers 5 --draft-quant bf16 --draft-quant awq --device cuda` (19.5 GB written; the 5-layer DFlash
+  drafter in bf16 in TWIN/dflash and in 4-bit AWQ gemm in TWIN/dflash-awq), and a bf16 Qwen3 twin with a
+  5-layer DFlash drafter for every other size the waves name (real layer shapes of Qwen3-0.6B / 1.7B / 8B
+  ..., a 2048-token vocabulary).
+- memory-mtp, memory-dflash, memory-dflash4 (MTP, the bf16 DFlash drafter, the 4-bit one; each server alone
+  on the GPU: the NVML peak is the device's): `specq plan TWIN --gpu-memory 24GiB --draft-tokens K
+  --session-len S` gives the 24 GB card's KV cache; `specq plan TWIN` on this GPU the memory free after
+  weights here; their ratio is the `--cache-max-entry-count` that leaves the 24 GB card's KV cache on this
+  GPU (the memory fraction that emulates 24 GB). `specq plan` at that ratio, then `specq bench TWIN --method
+  qwen3_5_mtp --draft-tokens K` (or `--method dflash --draft-model TWIN/dflash`, `TWIN/dflash-awq`) at the
+  same ratio, session length and the card's prefill budget, with no baseline run, on three short prompts
+  and one that fills the prefill budget (where the plan's logits reserve and activations peak), and the
+  NVML peak of the run against the plan's peak.
 - curve: waves of servers. A wave `SIZE:K,K,...[+SIZE:K,...]` starts one `specq serve --detach` per (size, k)
   at once (k = 0: plain decoding; k > 0: the twin's random 5-layer DFlash drafter, so τ ≈ 1 and a run's decode
-  rate isolates the step cost), each with `--cache-max-entry-count 0.01`, then measures them one after the
-  other with `specq bench --url` (4 requests × 128 tokens, warm-up to steady state, 1 trial) while the others
-  sit idle, and stops them; the largest k of the wave's last size is measured once more after the others
-  have stopped (how much the idle servers cost it). Starting servers together saves their start-up (one to two
-  minutes each), which is most of a sequential sweep's time. A point's step cost is τ ÷ (its decode rate ÷
-  its size's k = 0 decode rate), the servers' own counters where both runs have them (as `specq bench`).
+  rate isolates the step cost; size `27b-awqd`: the 27B twin with its 4-bit drafter, set against the `27b`
+  k = 0 server of the same wave, e.g. `27b:0,7,15+27b-awqd:7,15`), each with `--cache-max-entry-count
+  0.01`, then measures them one after the other with `specq bench --url` (4 requests × 128 tokens, warm-up
+  to steady state, 1 trial) while the others sit idle, and stops them; the largest k of the wave's last size
+  is measured once more after the others have stopped (how much the idle servers cost it). Starting servers
+  together saves their start-up (one to two minutes each), which is most of a sequential sweep's time. A
+  point's step cost is τ ÷ (its decode rate ÷ its size's k = 0 decode rate), the servers' own counters where
+  both runs have them (as `specq bench`); twin_gpu.md sets the 4-bit drafter's against the bf16 one's.
 
 Outputs: OUT/summary.json (every step, and `results`: plan vs NVML, the curve), OUT/step_cost_curve.json (the
 measured curve in `specq.pipeline.speedup.StepCostCurve` form: `SPECQ_STEP_COST_CURVE=FILE` makes bench and
@@ -58,7 +64,9 @@ from specq.pipeline.bench.telemetry import TelemetrySampler  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "twin" / "qwen3_5-27b-config.json"
-STEPS = ("twins", "memory-mtp", "memory-dflash", "curve")
+STEPS = ("twins", "memory-mtp", "memory-dflash", "memory-dflash4", "curve")
+# wave sizes that are another size's target with another drafter: (that size, the twin's drafter directory)
+DRAFTER_VARIANTS = {"27b-awqd": ("27b", "dflash-awq")}
 WAVES = "27b:0,1,3,7,15+1.7b:0,1,3,7,15;8b:0,1,3,7,15+0.6b:0,1,3,7,15"
 WAVE_PORT = 24100
 WAVE_CACHE = "0.01"
@@ -72,6 +80,23 @@ QWEN3_SHAPES = {
     "14b": (5120, 40, 40, 8, 17408),
 }
 CURVE_VOCAB = 2048
+
+
+def twin27_flags(device: str) -> list[str]:
+    """`specq twin` flags of the 27B-AWQ twin: its MTP layer, and the 5-layer DFlash drafter in bf16
+    (TWIN/dflash) and in 4-bit AWQ gemm (TWIN/dflash-awq)."""
+    flags = "--quant awq --drafter mtp --drafter dflash --draft-layers 5".split()
+    return [*flags, "--draft-quant", "bf16", "--draft-quant", "awq", "--device", device, "--json"]
+
+
+def twin_size(size: str) -> str:
+    """The twin a wave size serves (a drafter variant's target twin)."""
+    return DRAFTER_VARIANTS.get(size, (size, ""))[0]
+
+
+def drafter_name(size: str) -> str:
+    """The twin's drafter directory a wave size speculates with."""
+    return DRAFTER_VARIANTS.get(size, (size, "dflash"))[1]
 
 
 def qwen3_config(size: str) -> dict[str, Any]:
@@ -210,8 +235,9 @@ def parse_waves(text: str) -> list[list[tuple[str, list[int]]]]:
         for part in wave.split("+"):
             size, _, ks = part.strip().partition(":")
             values = sorted({int(k) for k in ks.split(",") if k.strip()})
-            if size != "27b" and size not in QWEN3_SHAPES:
-                raise ValueError(f"unknown size {size!r} (27b or one of {', '.join(QWEN3_SHAPES)})")
+            if size != "27b" and size not in QWEN3_SHAPES and size not in DRAFTER_VARIANTS:
+                known = ", ".join([*QWEN3_SHAPES, *DRAFTER_VARIANTS])
+                raise ValueError(f"unknown size {size!r} (27b or one of {known})")
             if not values or values[0] < 0 or values[-1] > 15:
                 raise ValueError(f"{part!r}: give draft-token counts 0..15")
             sizes.append((size, values))
@@ -219,10 +245,13 @@ def parse_waves(text: str) -> list[list[tuple[str, list[int]]]]:
     return waves
 
 
-def wave_points(label: str, weight_bytes: int, reports: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+def wave_points(
+    label: str, weight_bytes: int, reports: dict[int, dict[str, Any]], base: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """The step-cost points of one size's wave reports (`specq bench --url` JSON by k): each k > 0 run
-    against the k = 0 run of the same size, computed by specq's own `step_cost` (servers' decode rates when
-    both have them, else the clients'; τ from the server's counters)."""
+    against the k = 0 run of the same size (or `base`, the plain server of the same target for a drafter
+    variant), computed by specq's own `step_cost` (servers' decode rates when both have them, else the
+    clients'; τ from the server's counters)."""
     from specq.pipeline.bench.analysis import step_cost
     from specq.pipeline.report.models import Run
 
@@ -230,15 +259,15 @@ def wave_points(label: str, weight_bytes: int, reports: dict[int, dict[str, Any]
         runs = report.get("runs") or []
         return Run.model_validate(runs[0]) if runs and runs[0].get("status") == "ok" else None
 
-    base = run_of(reports[0]) if 0 in reports else None
+    plain = run_of(reports[0]) if 0 in reports else run_of(base) if base else None
     out: list[dict[str, Any]] = []
-    if base is None:
+    if plain is None:
         return out
     for k in sorted(k for k in reports if k > 0):
         run = run_of(reports[k])
         if run is None:
             continue
-        step_cost(base, run)
+        step_cost(plain, run)
         if run.step_cost_ratio:
             tau = run.acceptance.acceptance_length if run.acceptance else None
             out.append(
@@ -271,12 +300,27 @@ def curve_document(points: list[dict[str, Any]], hardware: str, commit: str) -> 
             "method": "dflash",
             "note": "benchmarks/twin_gpu.py: random-weight twins, random 5-layer DFlash drafter (τ ≈ 1), "
             "servers of a wave started together and measured one at a time",
-            "points": [
+            "points": [  # the bf16 drafter's: a 4-bit drafter's step is another curve (drafter_comparison)
                 {key: p[key] for key in ("label", "params", "weight_bytes", "k", "cost") if p.get(key)}
                 for p in points
+                if p.get("drafter", "bf16") == "bf16"
             ],
         }
     }
+
+
+def drafter_comparison(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The step cost at each k measured with both the bf16 and the 4-bit drafter of the same target: the
+    cost of each and their ratio (4-bit ÷ bf16; below 1: the 4-bit drafter's step is cheaper)."""
+    by: dict[tuple[int, int], dict[str, float]] = {}
+    for p in points:
+        by.setdefault((p["weight_bytes"], p["k"]), {})[p.get("drafter", "bf16")] = p["cost"]
+    rows = []
+    for (weight, k), costs in sorted(by.items()):
+        if "bf16" in costs and "awq" in costs:
+            rows.append({"weight_bytes": weight, "k": k, "bf16_cost": costs["bf16"], "awq_cost": costs["awq"],
+                         "ratio": round(costs["awq"] / costs["bf16"], 4)})  # fmt: skip
+    return rows
 
 
 def _gib(n: int | None) -> str:
@@ -332,6 +376,20 @@ def markdown(results: dict[str, Any]) -> str:
             f"{p['k']} | {num(p.get('tau'), '.3f')} | {num(p.get('decode_speedup'), '.3f')} | "
             f"{p['cost']:.2f} |"
             for p in pts
+        ]
+        lines.append("")
+    rows = drafter_comparison(pts)
+    if rows:
+        lines += [
+            "## Step cost: 4-bit DFlash drafter against the bf16 one (same target)",
+            "",
+            "| target GB | k | bf16 drafter | 4-bit drafter | 4-bit ÷ bf16 |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['weight_bytes'] / 1e9:.2f} | {r['k']} | {r['bf16_cost']:.2f} | {r['awq_cost']:.2f} | "
+            f"{r['ratio']:.3f} |"
+            for r in rows
         ]
         lines.append("")
     for w in results.get("waves") or []:
@@ -426,15 +484,18 @@ def main() -> int:
     twin27 = out / "twin27-awq"
 
     def twin_dir(size: str) -> Path:
-        return twin27 if size == "27b" else out / f"twin-qwen3-{size}"
+        return twin27 if twin_size(size) == "27b" else out / f"twin-qwen3-{size}"
 
     save()
     if "twins" in steps:
         if not twin27.exists():
-            flags = "--quant awq --drafter mtp --drafter dflash --draft-layers 5 --json".split()
-            flags += ["--device", args.device]
-            step("twin27", specq("twin", str(args.config), "--out", str(twin27), *flags), 300, 60)
-        for size in dict.fromkeys(s for wave in waves for s, _ in wave if s != "27b"):
+            step(
+                "twin27",
+                specq("twin", str(args.config), "--out", str(twin27), *twin27_flags(args.device)),
+                300,
+                60,
+            )
+        for size in dict.fromkeys(s for wave in waves for s, _ in wave if twin_size(s) != "27b"):
             src = out / f"qwen3-{size}-config.json"
             src.write_text(json.dumps(qwen3_config(size), indent=1))
             if not twin_dir(size).exists():
@@ -494,6 +555,9 @@ def main() -> int:
         memory("27b-awq-mtp", args.mtp_tokens, "qwen3_5_mtp", [])
     if "memory-dflash" in steps and target.exists():
         memory("27b-awq-dflash", args.dflash_tokens, "dflash", ["--draft-model", str(twin27 / "dflash")])
+    if "memory-dflash4" in steps and (twin27 / "dflash-awq").exists():
+        draft4 = ["--draft-model", str(twin27 / "dflash-awq")]  # the 4-bit drafter, the same card settings
+        memory("27b-awq-dflash4", args.dflash_tokens, "dflash", draft4)
     if "curve" in steps:
         for n, wave in enumerate(waves):
             run_wave(n, wave, twin_dir, out, deadline, log, results, save, args.engine)
@@ -518,7 +582,7 @@ def run_wave(
             continue
         for k in ks:
             port = WAVE_PORT + len(servers) + 20 * n
-            flags = ["--draft-model", str(d / "dflash"), "--method", "dflash"] if k else []
+            flags = ["--draft-model", str(d / drafter_name(size)), "--method", "dflash"] if k else []
             cmd = specq(
                 "serve", str(d / "target"), "--engine", engine,
                 *(["--backend", "pytorch"] if engine == "lmdeploy" else []), *flags,
@@ -594,12 +658,17 @@ def run_wave(
         info = json.loads((twin_dir(size) / "twin_report.json").read_text())
         params = int(info["target"]["params"])
         label = (
-            "Qwen3.5-27B AWQ twin" if size == "27b" else f"Qwen3-{size} layers bf16"
+            "Qwen3.5-27B AWQ twin" if twin_size(size) == "27b" else f"Qwen3-{size} layers bf16"
         ) + f" ({params / 1e9:.2f} B)"
-        pts = wave_points(label, int(info["target"]["weight_bytes"]), by_k)
+        drafter = "awq" if drafter_name(size).endswith("-awq") else "bf16"
+        if drafter == "awq":
+            label += ", 4-bit DFlash drafter"
+        plain = reports.get(twin_size(size), {}).get(0)  # a drafter variant's plain server: its target's
+        pts = wave_points(label, int(info["target"]["weight_bytes"]), by_k, base=plain)
         for pt in pts:
             pt["params"] = params
-            pt["base_decode_rate"] = decode_rate(by_k.get(0))
+            pt["drafter"] = drafter
+            pt["base_decode_rate"] = decode_rate(by_k.get(0) or plain)
         results["curve"] += pts
     save()
 

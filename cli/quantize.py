@@ -73,6 +73,14 @@ def quantize(
     eval_samples: Annotated[
         int | None, Opt("--eval-samples", help="Held-out samples for perplexity.")
     ] = None,
+    target_model: Annotated[
+        Path | None,
+        Opt(
+            "--target-model",
+            help="MODEL is a DFlash drafter: the target whose hidden states calibrate it (GPTQ); "
+            "without it, round-to-nearest.",
+        ),
+    ] = None,
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -81,6 +89,9 @@ def quantize(
     --out is the directory to create for the quantized checkpoint (it must not exist).
 
     Example: specq quantize ./Qwen3-8B --calib data.jsonl --out ./Qwen3-8B-awq
+
+    A DFlash drafter (4-bit AWQ gemm): specq quantize ./Qwen3-8B-DFlash --target-model ./Qwen3-8B-awq
+    --calib data.jsonl --out ./Qwen3-8B-DFlash-awq
     """
     from specq.pipeline.quantize import QuantizeRequest
     from specq.pipeline.quantize import quantize as run
@@ -89,7 +100,8 @@ def quantize(
     section = dict(model=str(model), calib=calib, out=out_dir, method=method,
                    backend=quant_backend, bits=bits, group_size=group_size, sym=sym, desc_act=desc_act,
                    text_field=text_field, samples=samples, seqlen=seqlen, seed=seed, device=device,
-                   turbomind_check=turbomind_check, evaluate=evaluate, eval_samples=eval_samples)  # fmt: skip
+                   turbomind_check=turbomind_check, evaluate=evaluate, eval_samples=eval_samples,
+                   target_model=str(target_model) if target_model else None)  # fmt: skip
     section["for"] = target
     request = QuantizeRequest.from_config(resolve(config, quantize=section))
     result = run(request, progress=progress)

@@ -40,6 +40,15 @@ def twin(
             "target), dflash (DIR/dflash), eagle3 (DIR/eagle3).",
         ),
     ] = None,
+    draft_quant: Annotated[
+        list[Quant] | None,
+        typer.Option(
+            "--draft-quant",
+            help="The DFlash drafter's weights (repeatable): bf16 (DIR/dflash; fp16 beside an AWQ target "
+            "other than Qwen3.5), awq: 4-bit AWQ gemm as `specq quantize DRAFTER` writes it "
+            "(DIR/dflash-awq).",
+        ),
+    ] = None,
     draft_layers: Annotated[
         int, typer.Option("--draft-layers", min=1, max=64, help="Layers of the DFlash drafter.")
     ] = 5,
@@ -63,7 +72,7 @@ def twin(
     nothing.
 
     Example: specq twin tests/fixtures/twin/qwen3_5-27b-config.json --out specq-out/twin27 --quant awq
-    --drafter mtp --drafter dflash --draft-layers 5
+    --drafter mtp --drafter dflash --draft-layers 5 [--draft-quant bf16 --draft-quant awq]
     """
     from specq.pipeline.errors import UsageError
     from specq.pipeline.twin import TwinRequest, build_twin
@@ -74,7 +83,9 @@ def twin(
         )
     request = TwinRequest(
         config=str(config), out=str(out_dir), quant=quant.value,
-        drafters=tuple(d.value for d in drafter or []), draft_layers=draft_layers, block_size=block_size,
+        drafters=tuple(d.value for d in drafter or []),
+        draft_quants=tuple(q.value for q in draft_quant or [Quant.bf16]), draft_layers=draft_layers,
+        block_size=block_size,
         device=device, seed=seed, shard_bytes=int(shard_gib * 2**30), force=force,
     )  # fmt: skip
     result = build_twin(request, progress)
@@ -87,7 +98,8 @@ def twin(
             f"{result.target.weight_bytes / 2**30:.2f} GiB, {len(result.target.files)} file(s))",
         ]
         lines += [
-            f"{d.kind + ':':8} {d.path} ({d.params / 1e6:.1f} M params, {d.weight_bytes / 2**30:.2f} GiB)"
+            f"{d.kind + ':':8} {d.path} ({d.params / 1e6:.1f} M params, {d.weight_bytes / 2**30:.2f} GiB"
+            f"{', 4-bit AWQ' if d.quant == 'awq' else ''})"
             for d in result.drafters
         ]
         lines.append(

@@ -117,6 +117,9 @@ class QuantizeSection(Section):
     evaluate: bool = Field(True, description="perplexity and logits cosine of original vs quantized")
     eval_samples: int = Field(8, ge=1, description="held-out samples of seqlen tokens for perplexity")
     repack: bool = Field(True, description="GPTQ for speculative use: repack it to AWQ (lossless)")
+    target_model: str | None = Field(
+        None, description="quantizing a drafter: the target whose hidden states calibrate it (else RTN)"
+    )
 
     @field_validator("group_size")
     @classmethod

@@ -56,6 +56,8 @@ def _with_draft(
         v = v.model_copy(update={"findings": v.findings + mtp_findings(target)})
     if problems:
         v = _worst(v, "refused", problems)
+    if v.engine == "pytorch" and draft_ckpt is not None and draft_ckpt.quantization is not None:
+        v = _quantized_drafter(v, draft_ckpt)
     # AWQ/GPTQ run in fp16 on the PyTorch engine, except a Gated DeltaNet target (bf16: engines/qwen35.py)
     fp16_target = model_format(target) in ("awq", "gptq") and serve_dtype(target) is None
     if v.engine == "pytorch" and fp16_target and draft_ckpt is not None and not problems:
@@ -70,6 +72,22 @@ def _with_draft(
                 [cast_command(draft_ckpt.path)],
             )
     return v
+
+
+def _quantized_drafter(v: EngineVerdict, draft: Checkpoint) -> EngineVerdict:
+    """A 4-bit drafter on the PyTorch engine: served through specq's dflash-awq patch (its layout and dtype
+    rules are `check_draft`'s), refused for an LMDeploy the patch does not know; accepted where none is
+    installed (serve checks again on the GPU machine)."""
+    from ..engines import lmdeploy_compat
+
+    compat = lmdeploy_compat.status(patch=lmdeploy_compat.DFLASH_AWQ_PATCH)
+    why = lmdeploy_compat.refusal(compat, f"{draft.name} (a 4-bit drafter)")
+    if why:
+        return _worst(v, "refused", [why])
+    if v.status == "refused":
+        return v
+    note = "4-bit drafter: LMDeploy builds its linears as AwqLinear through specq's dflash-awq patch"
+    return v.model_copy(update={"reasons": v.reasons + [note]})
 
 
 def check_readiness(

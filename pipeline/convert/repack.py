@@ -85,6 +85,23 @@ def unpack_cols_awq(q: np.ndarray) -> np.ndarray:
     return out.reshape(u.shape[0], u.shape[1] * 8)
 
 
+def pack_awq_linear(
+    codes: np.ndarray, zeros: np.ndarray, scales: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A linear in the AWQ gemm layout from its 4-bit codes [K, N], zero points [K/g, N] and scales [K/g, N]:
+    (qweight I32 [K, N/8], qzeros I32 [K/g, N/8], scales F16 [K/g, N])."""
+    return pack_cols_awq(codes), pack_cols_awq(zeros), np.ascontiguousarray(scales, dtype=np.float16)
+
+
+def dequantize_awq(qweight: np.ndarray, qzeros: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """An AWQ gemm linear's weights [K, N] in float32:
+    w[k, n] = (q[k, n] − zero[k // g, n]) · scales[k // g, n], with g = K / scales.shape[0]."""
+    codes = unpack_cols_awq(qweight).astype(np.float32)
+    zeros = unpack_cols_awq(qzeros).astype(np.float32)
+    g = codes.shape[0] // scales.shape[0]
+    return (codes - np.repeat(zeros, g, axis=0)) * np.repeat(scales.astype(np.float32), g, axis=0)
+
+
 # --- the repack -------------------------------------------------------------------------------------------
 
 

@@ -200,6 +200,11 @@ def _compat_check() -> Check:
         detail += f"; 4-bit AWQ linears run specq's W4A16 kernel ({w4.patch}, engine.w4a16_kernel)"
     elif compat.ok and w4.state != "absent":
         detail += f"; {w4.patch} does not apply ({w4.detail}): 4-bit linears run LMDeploy's Triton kernel"
+    draft4 = lmdeploy_compat.status(patch=lmdeploy_compat.DFLASH_AWQ_PATCH)
+    if compat.ok and draft4.ok:
+        detail += f"; {draft4.patch} (4-bit DFlash drafters) applies too"
+    elif compat.ok and draft4.state != "absent":
+        detail += f"; {draft4.patch} (4-bit DFlash drafters) does not apply: {draft4.detail}"
     if compat.ok:
         return Check(name="lmdeploy-compat", status="ok", detail=detail, fix=None)
     return Check(

@@ -6,7 +6,13 @@ checks a checkpoint field by field — and, where lmdeploy is importable, with L
 Sources (InternLM/lmdeploy): `lmdeploy/pytorch/spec_decode/dflash_utils.py` (`parse_dflash_config`,
 `build_target_layer_ids`, `_validate_dflash_v1_supported`), `lmdeploy/pytorch/models/qwen3_dflash.py`
 (`DFlashDraftModel`: module names, `fc` in-features = target_hidden_size × len(target_layer_ids),
-`load_weights` raises KeyError on any name it does not own)."""
+`load_weights` raises KeyError on any name it does not own).
+
+A 4-bit drafter (`specq quantize DRAFTER --for speculative`) carries an AWQ `quantization_config` (4-bit,
+gemm) and, for each quantized linear (`QUANTIZABLE`: the layers' projections and `fc`), `qweight` I32
+[in, out/8], `qzeros` I32 [in/g, out/8] and fp16 `scales` [in/g, out] in place of its `weight` (LMDeploy's
+`AwqLinear`); a linear is kept as `weight` when `modules_to_not_convert` names it the way LMDeploy matches
+it (the module's fused name, `qkv_proj` / `gate_up_proj`, is a substring of an entry)."""
 
 from __future__ import annotations
 
@@ -45,6 +51,7 @@ REQUIRED_FIELDS = tuple(f for f in CONFIG_FIELDS if f != "target_hidden_size")
 # Written after those by the export: the checkpoint's dtype in both spellings (transformers 5 reads `dtype`,
 # older readers `torch_dtype`), so engines and `specq convert` know it without opening the weights.
 DTYPE_FIELDS = ("torch_dtype", "dtype")
+QUANT_FIELD = "quantization_config"  # a 4-bit drafter's, written last
 DFLASH_FIELDS = ("block_size", "mask_token_id", "target_layer_ids")
 
 LAYER_TENSORS = (
@@ -113,8 +120,66 @@ def validate_target_layer_ids(ids: Sequence[Any], num_target_layers: int) -> Non
         raise ConfigError(problems[0].replace("dflash_config.", "draft."))
 
 
+# The linears of a drafter that `specq quantize` writes in 4 bit (per layer; and `fc`), and the fused module
+# LMDeploy builds each into (what `modules_to_not_convert` is matched against).
+QUANTIZABLE = (
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+)
+_FUSED = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "gate_proj": "gate_up_proj",
+          "up_proj": "gate_up_proj"}  # fmt: skip
+AWQ_SUFFIXES = (".qweight", ".qzeros", ".scales")
+
+
+def awq_config(config: dict[str, Any]) -> dict[str, Any] | None:
+    """A drafter config's `quantization_config` (None: a bf16/fp16 drafter)."""
+    q = config.get(QUANT_FIELD)
+    return dict(q) if isinstance(q, dict) and q else None
+
+
+def is_kept(prefix: str, not_convert: Sequence[str]) -> bool:
+    """Whether LMDeploy 0.18 builds linear `prefix` (a checkpoint name such as `layers.0.self_attn.q_proj`)
+    unquantized: `QuantizationConfig.get_quant_method` ignores a module whose name is a substring of a
+    `modules_to_not_convert` entry, and q/k/v and gate/up are one module there (`qkv_proj`,
+    `gate_up_proj`)."""
+    head, _, name = prefix.rpartition(".")
+    module = f"{head}.{_FUSED[name]}" if name in _FUSED and head else prefix
+    return any(module in str(entry) for entry in not_convert)
+
+
+def quantized_prefixes(config: dict[str, Any]) -> list[str]:
+    """The linears a 4-bit drafter with this config stores as AWQ (empty for a bf16/fp16 drafter)."""
+    q = awq_config(config)
+    if q is None:
+        return []
+    not_convert = list(q.get("modules_to_not_convert") or [])
+    names = [f"layers.{n}.{m}" for n in range(int(config["num_hidden_layers"])) for m in QUANTIZABLE]
+    return [p for p in [*names, "fc"] if not is_kept(p, not_convert)]
+
+
 def expected_tensors(config: dict[str, Any]) -> dict[str, list[int]]:
-    """Every tensor a drafter with this config.json holds, with its shape. Nothing else may be present."""
+    """Every tensor a drafter with this config.json holds, with its shape. Nothing else may be present. A
+    4-bit drafter's quantized linears hold AWQ gemm tensors in place of `weight`."""
+    out = _bf16_tensors(config)
+    q = awq_config(config)
+    if q is None:
+        return out
+    g = int(q.get("group_size") or 128)
+    for prefix in quantized_prefixes(config):
+        n_out, n_in = out.pop(f"{prefix}.weight")
+        groups = n_in // g if g > 0 else 1  # (a non-positive group size is config_problems')
+        out[f"{prefix}.qweight"] = [n_in, n_out // 8]
+        out[f"{prefix}.qzeros"] = [groups, n_out // 8]
+        out[f"{prefix}.scales"] = [groups, n_out]
+    return out
+
+
+def _bf16_tensors(config: dict[str, Any]) -> dict[str, list[int]]:
     h = int(config["hidden_size"])
     heads = int(config["num_attention_heads"])
     kv = int(config["num_key_value_heads"])
@@ -207,7 +272,29 @@ def config_problems(config: dict[str, Any], target: Checkpoint | None = None) ->
         for field, (tfield, value) in checks.items():
             if tc.get(tfield) is not None and tc.get(tfield) != value:
                 problems.append(f"{field}: {value} does not match the target's {tfield} {tc.get(tfield)}")
-    return problems
+    return problems or quantization_problems(config)
+
+
+def quantization_problems(config: dict[str, Any]) -> list[str]:
+    """A 4-bit drafter's `quantization_config`: 4-bit AWQ gemm with a group size that tiles every quantized
+    linear's input (what LMDeploy's AwqLinear asserts)."""
+    q = awq_config(config)
+    if q is None:
+        return []
+    method, bits, version = q.get("quant_method"), q.get("bits"), str(q.get("version") or "").lower()
+    if method != "awq" or bits != 4 or version != "gemm":
+        return [
+            f"quantization_config: a drafter is loaded as 4-bit AWQ gemm only, got {method} {bits}-bit "
+            f"{version or '(no version)'}"
+        ]
+    g = q.get("group_size")
+    if isinstance(g, bool) or not isinstance(g, int) or g <= 0:
+        return [f"quantization_config.group_size: must be a positive integer, got {g!r}"]
+    shapes = _bf16_tensors(config)
+    bad = sorted({n for p in quantized_prefixes(config) if (n := shapes[f"{p}.weight"][1]) % g})
+    if bad:
+        return [f"quantization_config.group_size {g} does not divide the input size {bad[0]} of a linear"]
+    return []
 
 
 def tensor_problems(draft: Checkpoint) -> list[str]:
@@ -224,9 +311,15 @@ def tensor_problems(draft: Checkpoint) -> list[str]:
     for name in sorted(set(want) & set(have)):
         if have[name].shape != want[name]:
             problems.append(f"{name}: shape {have[name].shape}, expected {want[name]}")
-    dtypes = {t.dtype for t in have.values()}
+    dtypes = {t.dtype for name, t in have.items() if not name.endswith(AWQ_SUFFIXES)}
     if len(dtypes) > 1:
         problems.append(f"tensors mix dtypes {sorted(dtypes)}; LMDeploy loads one dtype")
+    want_dtype = {".qweight": "I32", ".qzeros": "I32", ".scales": "F16"}  # AwqLinear's parameters
+    for name in sorted(set(want) & set(have)):
+        suffix = name[name.rfind(".") :]
+        if suffix in want_dtype and have[name].dtype != want_dtype[suffix]:
+            problems.append(f"{name}: dtype {have[name].dtype}, expected {want_dtype[suffix]} (AWQ gemm)")
+            break
     return problems
 
 

@@ -215,10 +215,24 @@ def load_drafter(draft: Checkpoint, device: str) -> tuple[Any, dict[str, Any]]:
                 name = name.replace("midlayer.", "layers.0.", 1)
             if "rotary_emb" in name or name in ("embed_tokens.weight", "lm_head.weight"):
                 continue
-            state[name] = tensor.float()
+            state[name] = tensor if name.endswith(contract.AWQ_SUFFIXES) else tensor.float()
+    _dequantize_awq(state)
     drafter = DFlashDrafter(shape)
     drafter.load_state_dict(state)
     return drafter.to(torch.device(device)), c
+
+
+def _dequantize_awq(state: dict[str, Any]) -> None:
+    """A 4-bit drafter's AWQ linears as the float32 `weight` [out, in] the W4A16 kernel computes with (its
+    codes, zero points and fp16 scales dequantized), in place."""
+    import torch
+
+    from ..convert.repack import dequantize_awq
+
+    for prefix in sorted(n.removesuffix(".qweight") for n in list(state) if n.endswith(".qweight")):
+        qw, qz, sc = (state.pop(f"{prefix}.{s}") for s in ("qweight", "qzeros", "scales"))
+        w = dequantize_awq(qw.numpy(), qz.numpy(), sc.numpy())  # [in, out]
+        state[f"{prefix}.weight"] = torch.from_numpy(w.T.copy())
 
 
 def evaluate_checkpoint(
@@ -283,7 +297,9 @@ def _evaluate(
         progress(f"warning: the target's greedy continuations: {note}")
     elif (some := partly_looping(texts)) is not None:
         progress(f"note: the target's greedy continuations: {some}; those lift τ above the rest's")
-    return summarize(
+    from .data import quantization_label
+
+    report = summarize(
         acc,
         target=str(target_path),
         target_quantization=target.quantization,
@@ -298,6 +314,8 @@ def _evaluate(
         repetitive=note,
         texts=texts,
     )
+    report.draft_quantization = quantization_label(draft_path)
+    return report
 
 
 def repetition_note(texts: list[str]) -> str | None:

@@ -29,6 +29,9 @@ class DraftEvalReport(BaseModel):
         None, description="how that target stores its weights: 'awq 4-bit, group 128', or its dtype"
     )
     draft: str
+    draft_quantization: str | None = Field(
+        None, description="how the drafter stores its weights: 'awq 4-bit, group 128', or its dtype"
+    )
     block_size: int
     prompts: int
     anchors: int = Field(description="draft blocks scored (one per generated position)")

@@ -177,3 +177,41 @@ def pytorch_engine_refusal(target: Checkpoint) -> str | None:
     if v.fixes:
         text += f"; fix: {' && '.join(v.fixes)}"
     return text
+
+
+def quantized_drafter_problems(target: Checkpoint, draft: Checkpoint) -> list[str]:
+    """Why LMDeploy 0.18's PyTorch engine cannot serve the quantized drafter `draft` beside `target` (empty:
+    it can, or `draft` is not quantized). A 4-bit DFlash drafter is built from its own `quantization_config`
+    as `AwqLinear`s once specq's `dflash-awq` patch runs (engines/lmdeploy_compat; whether it applies to the
+    LMDeploy installed here is the caller's check): 4-bit AWQ gemm, the fused-linear alignment of a target,
+    and the dtype `_update_torch_dtype` gives AWQ (fp16; bf16 under `--dtype bfloat16` with the
+    qwen35-awq-bf16 patch, which specq applies beside a 4-bit Gated DeltaNet target), which must be the
+    target's."""
+    q = draft.quantization
+    if q is None:
+        return []
+    if draft.draft_kind != "dflash":
+        return [
+            f"{draft.path}: a quantized {draft.draft_kind} drafter; specq serves 4-bit DFlash drafters only "
+            "(LMDeploy 0.18 builds an EAGLE-3 drafter's fc unquantized and its linears under the target's "
+            "quantization config); serve its bf16 copy"
+        ]
+    problems: list[str] = []
+    if q.method != "awq" or q.bits != 4 or (q.version or "") != "gemm":
+        problems.append(
+            f"{draft.path}: a {q.bits}-bit {q.method} ({q.version or 'no version'}) drafter; LMDeploy 0.18's "
+            "PyTorch engine loads a quantized drafter as 4-bit AWQ gemm only: `specq quantize BF16_DRAFTER "
+            "--for speculative --out DIR` writes one"
+        )
+        return problems
+    problems += [f"drafter {p}" for p in tensor_problems(draft, q)[1][:3]]
+    problems += [f"drafter {p}" for p in awq_alignment_problems(draft)]
+    if target.quantization is None:
+        runs = qwen35.serve_dtype(target) or auto_dtype(target)[0]
+        if runs != "float16":
+            problems.append(
+                f"a 4-bit drafter beside the unquantized {runs} target {target.name}: LMDeploy 0.18 runs an "
+                f"AWQ drafter in float16, the target in {runs}; serve the drafter's {runs} original, or a "
+                "4-bit (AWQ) target"
+            )
+    return problems

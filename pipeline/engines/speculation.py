@@ -116,6 +116,10 @@ def check_draft(
         problems.append(f"vocabulary sizes differ: target {t_vocab}, draft {d_vocab}")
     if method == "dflash" and engine == "lmdeploy":
         problems += _dflash_target_problems(target)
+    if engine == "lmdeploy" and draft.quantization is not None:
+        from .pytorch import quantized_drafter_problems  # a 4-bit drafter: its layout and run dtype
+
+        problems += quantized_drafter_problems(target, draft)
     return problems + _PAIR_CHECKS[method](target, draft, draft_tokens)
 
 

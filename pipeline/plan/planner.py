@@ -34,7 +34,7 @@ from ..engines.pytorch import auto_dtype
 from ..engines.qwen35 import serve_dtype
 from ..engines.speculation import KIND_TO_METHOD, target_has_mtp
 from ..errors import ConfigError, EnvironmentMissing, InputError, UsageError
-from .shapes import ModelShape, estimate_weights, shape_from_config
+from .shapes import ModelShape, estimate_weights, quantized_linear_bytes, shape_from_config
 
 SCHEMA_VERSION = 1
 
@@ -247,7 +247,9 @@ def _analyse(
     replicated = est.embeddings + est.lm_head
     if shape.is_dflash:  # its fc over the target's features is not split (qwen3_dflash.py: is_tp=False)
         features = shape.dflash_context_layers * (shape.target_hidden or shape.hidden)
-        replicated += features * shape.hidden * elem
+        q = ckpt.quantization  # a 4-bit drafter's fc is 4-bit too (plan/shapes.py)
+        fc = quantized_linear_bytes(features, shape.hidden, q) if q else features * shape.hidden * elem
+        replicated += fc
     return _Model(ckpt, shape, role, est.total, est.as_dict(), "config estimate", stored, replicated)
 
 

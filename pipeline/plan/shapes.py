@@ -308,8 +308,11 @@ def estimate_weights(
     est.dense += h * elem_bytes  # final norm
     if shape.is_dflash:
         # DFlash: fc over the concatenated target features + hidden_norm; embeddings/lm_head are the target's.
+        # A 4-bit drafter (`specq quantize DRAFTER`) has its fc quantized too (draft/contract.py QUANTIZABLE).
         ctx = shape.dflash_context_layers * (shape.target_hidden or h)
-        est.dense += ctx * h * elem_bytes + h * elem_bytes
+        qb, db = linear("fc", ctx, h)
+        est.quantized += qb
+        est.dense += db + h * elem_bytes
         return est
     est.embeddings = shape.vocab * h * elem_bytes
     est.lm_head = 0 if shape.tie_embeddings else shape.vocab * h * elem_bytes

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from ..calibration import Calibration, CalibrationReport
 from ..checkpoint import Checkpoint, validate_checkpoint
@@ -26,14 +26,20 @@ from ..engines.embedded import LOADERS
 from ..engines.turbomind import turbomind_problems
 from ..errors import EnvironmentMissing, InputError, UsageError
 from ..fsutil import atomic_dir, atomic_write_text, check_writable
-from ..hardware import package_version, pick_device
+from ..hardware import pick_device
 from ..progress import Progress, null_progress
 from .backends import BACKENDS, REFUSED, Backend, BackendRunner, Job, architecture_refusal, resolve_backend
 from .quality import QualityReport
+from .result import (
+    CONFIG_FILE,
+    REPORT_FILE,
+    SCHEMA_VERSION,
+    DrafterQuantReport,
+    QuantizeResult,
+    checkpoint_bytes,
+    versions_of,
+)
 
-SCHEMA_VERSION = 1
-REPORT_FILE = "quant_report.json"
-CONFIG_FILE = "specq-quantize.toml"
 LOG_FILE = "quantize.log"
 # Files a server needs besides the weights; copied from the source when the backend did not write them.
 SIDE_FILES = (
@@ -86,43 +92,11 @@ class QuantizeRequest(QuantizeSection):
         return QuantizeSection.model_validate(self.model_dump())
 
 
-class QuantizeResult(BaseModel):
-    schema_version: int = SCHEMA_VERSION
-    model: str
-    out: str
-    method: str
-    backend: str
-    target: str  # speculative | plain
-    bits: int
-    group_size: int
-    sym: bool
-    desc_act: bool
-    device: str
-    format: str  # what the output is: gptq | awq | compressed-tensors
-    turbomind_check: bool
-    warnings: list[str] = []
-    calibration: CalibrationReport
-    quality: QualityReport | None = None
-    size_original_bytes: int
-    size_quantized_bytes: int
-    compression_ratio: float
-    seconds_total: float
-    seconds_quantize: float
-    seconds_eval: float = 0.0
-    layers: int = 0
-    repacked_to_awq: bool = False
-    versions: dict[str, str | None] = {}
-
-
 def resolve_method(cfg: QuantizeSection) -> tuple[str, bool]:
     """(method, sym) after the `for` default and TurboMind's per-method sym convention."""
     method = cfg.method or ("awq" if cfg.target == "speculative" else "gptq")
     sym = cfg.sym if cfg.sym is not None else method == "gptq"
     return method, sym
-
-
-def checkpoint_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.iterdir() if p.suffix in (".safetensors", ".bin"))
 
 
 def plan(cfg: QuantizeSection) -> tuple[str, bool, Backend, list[str]]:
@@ -256,6 +230,15 @@ def quantize(cfg: QuantizeRequest, progress: Progress = null_progress) -> Quanti
     if ckpt.quantization is not None:
         raise InputError(
             f"{model} is already quantized ({ckpt.quantization.method}); pass the original model"
+        )
+    if ckpt.draft_kind in ("dflash", "eagle3", "eagle"):
+        from .drafter import quantize_drafter
+
+        return quantize_drafter(cfg, progress, t0)
+    if cfg.target_model:
+        raise UsageError(
+            f"--target-model is for quantizing a drafter (calibrated on the target's hidden states); "
+            f"{model.name} is not a DFlash drafter"
         )
     method, sym, backend, warnings = plan(cfg)
     refusal = architecture_refusal(backend, ckpt.config.get("model_type"))
@@ -457,10 +440,7 @@ class _Run:
 
 
 def _versions(backend: Backend) -> dict[str, str | None]:
-    from .. import __version__
-
-    names = ["torch", "transformers", backend.package]
-    return {"specq": __version__, **{n: package_version(n) for n in names}}
+    return versions_of(["torch", "transformers", backend.package])
 
 
 def load_result(path: Path) -> QuantizeResult:
@@ -483,6 +463,10 @@ def backend_table() -> list[dict[str, Any]]:
 
 
 __all__ = [
+    "CONFIG_FILE",
+    "REPORT_FILE",
+    "SCHEMA_VERSION",
+    "DrafterQuantReport",
     "QuantizeRequest",
     "QuantizeResult",
     "backend_table",

@@ -40,14 +40,12 @@ def quantize_text(r: QuantizeResult, width: int = 100) -> str:
     t = Table(title=f"specq quantize: {r.method.upper()} {r.bits}-bit g{r.group_size} via {r.backend}")
     t.add_column("", style="bold")
     t.add_column("value")
-    c, q = r.calibration, r.quality
+    c, q, d = r.calibration, r.quality, r.drafter
+    calibration = f"{c.samples} samples x ≤{c.seqlen} tokens = {c.tokens_used} tokens ({c.texts} texts)"
     rows = [
         ("output", f"{r.out} ({r.format}{', repacked to AWQ' if r.repacked_to_awq else ''})"),
         ("for", r.target),
-        (
-            "calibration",
-            f"{c.samples} samples x ≤{c.seqlen} tokens = {c.tokens_used} tokens ({c.texts} texts)",
-        ),
+        ("calibration", calibration if c.samples else "none"),
         (
             "size",
             f"{_mib(r.size_original_bytes)} → {_mib(r.size_quantized_bytes)} ({r.compression_ratio:.2f}x)",
@@ -70,6 +68,34 @@ def quantize_text(r: QuantizeResult, width: int = 100) -> str:
             rows.append(("top-1 agreement", f"{100 * q.top1_agreement:.2f} % of held-out positions"))
         if q.logits_cosine_mean is not None:
             rows.append(("logits cosine", f"mean {q.logits_cosine_mean:.4f}, min {q.logits_cosine_min:.4f}"))
+    if d is not None:
+        how = (
+            f"GPTQ on the hidden states of {d.target} at layers {d.target_layer_ids} "
+            f"({d.blocks} query blocks over {d.context_tokens} positions)"
+            if d.algorithm == "gptq"
+            else f"round-to-nearest: {d.why_rtn}"
+        )
+        rows.append(
+            ("drafter", f"{d.kind}: {len(d.quantized)} linears to 4-bit, {len(d.kept)} tensors kept; {how}")
+        )
+        if d.output_error:
+            worst = max(d.output_error, key=lambda k: d.output_error[k])
+            mean = sum(d.output_error.values()) / len(d.output_error)
+            rows.append(
+                (
+                    "output error",
+                    f"mean {mean:.2e}, worst {d.output_error[worst]:.2e} ({worst}) on the "
+                    f"{d.output_error_basis}",
+                )
+            )
+        if d.hidden_cosine_mean is not None:
+            rows.append(
+                (
+                    "hidden cosine",
+                    f"mean {d.hidden_cosine_mean:.4f}, min {d.hidden_cosine_min:.4f} (vs original)",
+                )
+            )
+        rows.append(("next", f"specq draft eval TARGET {r.out}: τ against the original drafter's"))
     rows += [("warning", w) for w in r.warnings]
     for k, v in rows:
         t.add_row(k, v)
@@ -191,6 +217,7 @@ def draft_eval_text(report: DraftEvalReport) -> str:
     k = report.block_size - 1
     lines = [
         f"against: {report.target} ({report.target_quantization or '?'})",
+        f"drafter: {report.draft} ({report.draft_quantization or '?'})",
         f"acceptance by position: {' / '.join(f'{a:.2f}' for a in report.acceptance_by_position)}",
         f"τ (mean accepted length, k={k}): {report.tau:.2f}  [{report.workload}]",
     ]

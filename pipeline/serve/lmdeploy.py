@@ -76,15 +76,29 @@ class LMDeployEngine(ProcessEngine):
         """The PyTorch engine on a quantized Gated DeltaNet target: specq's LMDeploy patch must run in it."""
         return self.spec.backend == "pytorch" and needs_compat(self.spec.target)
 
+    def needs_draft_compat(self) -> bool:
+        """A 4-bit drafter on the PyTorch engine: specq's dflash-awq patch builds it from its own
+        quantization config."""
+        draft = self.spec.draft
+        return (
+            self.spec.backend == "pytorch"
+            and self.spec.speculative
+            and draft is not None
+            and draft.quantization is not None
+        )
+
     def compat(self) -> list[lmdeploy_compat.CompatStatus]:
         """The compatibility patches this launch runs: qwen35-awq-bf16 where the target needs it, spec-step
         where `engine.step_patch` asks for it (the PyTorch engine only: resolve_spec refuses TurboMind),
-        w4a16-specq where specq's W4A16 kernel runs the 4-bit linears (`ServeSpec.w4a16_kernel`)."""
+        w4a16-specq where specq's W4A16 kernel runs the 4-bit linears (`ServeSpec.w4a16_kernel`), dflash-awq
+        where the drafter is 4-bit."""
         out = [lmdeploy_compat.status()] if self.needs_compat() else []
         if self.spec.options.step_patch and self.spec.backend == "pytorch":
             out.append(lmdeploy_compat.status(patch=lmdeploy_compat.STEP_PATCH))
         if self.spec.w4a16_kernel == "specq":
             out.append(lmdeploy_compat.status(patch=lmdeploy_compat.W4A16_PATCH))
+        if self.needs_draft_compat():
+            out.append(lmdeploy_compat.status(patch=lmdeploy_compat.DFLASH_AWQ_PATCH))
         return out
 
     def child_env(self) -> dict[str, str]:
@@ -114,6 +128,11 @@ class LMDeployEngine(ProcessEngine):
             self.progress(compat.summary())
         if self.spec.options.step_patch:
             compat = lmdeploy_compat.require("engine.step_patch", lmdeploy_compat.STEP_PATCH)
+            self.progress(compat.summary())
+        if self.needs_draft_compat():
+            assert self.spec.draft is not None
+            what = f"{self.spec.draft.name} (a 4-bit drafter)"
+            compat = lmdeploy_compat.require(what, lmdeploy_compat.DFLASH_AWQ_PATCH)
             self.progress(compat.summary())
         if self.spec.w4a16_kernel == "specq":
             lmdeploy_compat.require("engine.w4a16_kernel = specq", lmdeploy_compat.W4A16_PATCH)

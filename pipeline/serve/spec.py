@@ -258,6 +258,10 @@ def resolve_spec(request: ServeRequest, progress: Progress = null_progress) -> S
         backend = _lmdeploy_backend(request, method, target)
         if backend == "pytorch":
             request = _pytorch_dtype(request, target, progress)
+            if draft is not None and draft.quantization is not None:  # before any launch, as for the target
+                from ..engines import lmdeploy_compat
+
+                lmdeploy_compat.require(f"{draft.name} (a 4-bit drafter)", lmdeploy_compat.DFLASH_AWQ_PATCH)
     elif request.backend not in ("auto",):
         progress(f"--backend {request.backend} applies to LMDeploy only; the embedded engine ignores it")
     if server != "lmdeploy" and request.options.step_patch:
@@ -403,6 +407,7 @@ def _fp16_drafter(
         and quant is not None
         and quant.method == "awq"
         and serve_dtype(target) is None
+        and draft.quantization is None  # a 4-bit drafter runs in the AWQ target's fp16 already
         and _is_bf16(draft)
     ):
         draft_fp16 = fp16_copy_path(draft)

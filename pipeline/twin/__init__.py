@@ -39,6 +39,10 @@ class TwinRequest(BaseModel):
     out: str
     quant: Quant = "bf16"
     drafters: tuple[DrafterKind, ...] = ()
+    draft_quants: tuple[Quant, ...] = Field(
+        ("bf16",),
+        description="the DFlash drafter's weights: bf16/fp16 (DIR/dflash), awq 4-bit (DIR/dflash-awq)",
+    )
     draft_layers: int = Field(5, ge=1, le=64, description="DFlash drafter layers")
     block_size: int = Field(DFLASH_BLOCK, ge=2, le=64, description="DFlash block size (k ≤ block − 1)")
     device: str = "auto"
@@ -50,6 +54,7 @@ class TwinRequest(BaseModel):
 class TwinPart(BaseModel):
     path: str
     kind: str  # target | mtp | dflash | eagle3
+    quant: Quant = "bf16"  # a drafter's weights: bf16 (or fp16), or 4-bit AWQ gemm
     tensors: int
     params: int
     weight_bytes: int
@@ -144,11 +149,17 @@ def check_request(source: Source, request: TwinRequest) -> None:
         and int(source.text["num_hidden_layers"]) < 4
     ):
         raise UsageError("a DFlash drafter of more than one layer needs a target of at least 4 layers")
+    if "awq" in request.draft_quants and "dflash" not in request.drafters:
+        raise UsageError(
+            "--draft-quant awq builds a 4-bit DFlash drafter: add --drafter dflash (LMDeploy 0.18 serves "
+            "4-bit drafters of DFlash only)"
+        )
 
 
 def build_twin(request: TwinRequest, progress: Progress = null_progress) -> TwinResult:
     """Build the twin into `request.out` (through a temporary sibling, renamed into place when complete):
-    `target/` (with the MTP layer where the model has one), `dflash/`, `eagle3/` and `twin_report.json`."""
+    `target/` (with the MTP layer where the model has one), `dflash/` (and `dflash-awq/`, the 4-bit DFlash
+    drafter), `eagle3/` and `twin_report.json`."""
     from ..hardware import pick_device
     from .build import write_shards
     from .tokenizer import write_tokenizer
@@ -199,7 +210,9 @@ def build_twin(request: TwinRequest, progress: Progress = null_progress) -> Twin
                 )  # fmt: skip
                 drafters.append(part)
                 continue
-            drafters.append(_drafter(kind, source, request, marker, tmp, out, device, progress))
+            quants = request.draft_quants if kind == "dflash" else ("bf16",)
+            for quant in dict.fromkeys(quants):
+                drafters.append(_drafter(kind, source, request, marker, tmp, out, device, progress, quant))
         result = TwinResult(
             out=str(out), architecture=source.config["architectures"][0], quant=request.quant, marker=marker,
             target=target, drafters=drafters, tokenizer_vocab=tok_vocab, device=device,
@@ -211,11 +224,12 @@ def build_twin(request: TwinRequest, progress: Progress = null_progress) -> Twin
 
 def _drafter(
     kind: DrafterKind, source: Source, request: TwinRequest, marker: dict[str, Any], tmp: Path, out: Path,
-    device: str, progress: Progress,
+    device: str, progress: Progress, quant: Quant = "bf16",
 ) -> TwinPart:  # fmt: skip
     from .build import write_shards
 
-    d = tmp / kind
+    name = f"{kind}-awq" if quant == "awq" else kind
+    d = tmp / name
     d.mkdir()
     text = source.config.get("text_config") or source.config
     dtype = spec.drafter_dtype(request.quant, "linear_attention" in (text.get("layer_types") or []))
@@ -230,6 +244,10 @@ def _drafter(
         cfg = spec.dflash_config(source, request.draft_layers, request.block_size, mask)
         cfg.update(dict.fromkeys(DTYPE_FIELDS, dtype_name))
         tensors = spec.dflash_tensors(cfg, dtype)
+        if quant == "awq":  # as `specq quantize DRAFTER --for speculative` writes it (quantize/drafter.py)
+            cfg.update(dict.fromkeys(DTYPE_FIELDS, "float16"))
+            cfg["quantization_config"] = spec.drafter_quantization_config()
+            tensors = spec.dflash_awq_tensors(cfg, dtype)
         t2d = None
     else:
         cfg = spec.eagle3_config(source, EAGLE3_DRAFT_VOCAB)
@@ -237,14 +255,14 @@ def _drafter(
         tensors = spec.eagle3_tensors(cfg, dtype)
         t2d = int(cfg["draft_vocab_size"])
     cfg[TWIN_KEY] = marker
-    progress(f"{kind} drafter: {len(tensors)} tensors, {spec.total_bytes(tensors) / 2**30:.2f} GiB")
+    progress(f"{name} drafter: {len(tensors)} tensors, {spec.total_bytes(tensors) / 2**30:.2f} GiB")
     files = write_shards(
         tensors, d, device=device, seed=request.seed + 1, progress=progress, shard_bytes=request.shard_bytes,
         t2d_true=t2d, marker=marker_text(marker),
     )  # fmt: skip
     _write_json(d / "config.json", cfg)
-    return TwinPart(path=str(out / kind), kind=kind, tensors=len(tensors), params=_params(tensors),
-                    weight_bytes=spec.total_bytes(tensors), files=files)  # fmt: skip
+    return TwinPart(path=str(out / name), kind=kind, quant=quant, tensors=len(tensors),
+                    params=_params(tensors), weight_bytes=spec.total_bytes(tensors), files=files)  # fmt: skip
 
 
 __all__ = ["TwinPart", "TwinRequest", "TwinResult", "build_twin", "read_source"]

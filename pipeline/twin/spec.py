@@ -362,6 +362,26 @@ def dflash_tensors(cfg: dict[str, Any], dtype: str = "BF16") -> list[TensorSpec]
     return b.out
 
 
+def dflash_awq_tensors(cfg: dict[str, Any], dtype: str = "BF16") -> list[TensorSpec]:
+    """A 4-bit DFlash drafter's tensors, as `specq quantize DRAFTER --for speculative` writes them: every
+    decoder-layer projection and `fc` in the AWQ gemm layout (group 128), the norms in `dtype`
+    (pipeline/draft/contract.py `QUANTIZABLE`)."""
+    b = _Builder("awq", dtype)
+    h = int(cfg["hidden_size"])
+    for i in range(int(cfg["num_hidden_layers"])):
+        _dense_layer(b, f"layers.{i}", cfg, "qwen3")
+    b.linear("fc", len(cfg["dflash_config"]["target_layer_ids"]) * int(cfg["target_hidden_size"]), h)
+    b.add("hidden_norm.weight", (h,), "ones")
+    b.add("norm.weight", (h,), "ones")
+    return b.out
+
+
+def drafter_quantization_config() -> dict[str, Any]:
+    """A 4-bit drafter's `quantization_config` (what `specq quantize DRAFTER --for speculative` writes)."""
+    return {"quant_method": "awq", "bits": 4, "group_size": AWQ_GROUP, "zero_point": True, "version": "gemm",
+            "modules_to_not_convert": None}  # fmt: skip
+
+
 def eagle3_config(source: Source, draft_vocab: int) -> dict[str, Any]:
     """An EAGLE-3 drafter (`LlamaForCausalLMEagle3`, the EAGLE-3 reference / SpecForge layout): one decoder
     layer whose attention reads [embedding, fused hidden] (2 × hidden in), `fc` over three target layers'

@@ -30,6 +30,15 @@ The third, `w4a16-specq` (0.18.0 only; engine.w4a16_kernel, default `auto`: on w
 every 4-bit AWQ layer the PyTorch engine loads: deterministic and M-invariant, for decode's 1-16 rows
 (docs/w4a16.md).
 
+The fourth, `dflash-awq` (0.18.0 only), serves a 4-bit (AWQ gemm) DFlash drafter: the DFlash proposer
+(`spec_decode/proposers/dflash.py`) builds the drafter under the target's build context, whose
+`quant_config` is the target's, so a 4-bit drafter beside an unquantized target gets plain linears and
+its `qweight` fails to load, and beside an AWQ target the drafter's modules are matched against the
+target's `modules_to_not_convert` (an entry `mtp.layers.0.self_attn.qkv_proj` also names the drafter's
+`layers.0.self_attn.qkv_proj`). The patch builds the drafter with its own quantization config, as LMDeploy
+already does for one EAGLE-3 architecture (`proposers/eagle3.py`); the drafter's linears are then
+LMDeploy's `AwqLinear`. specq adds it to a launch whose drafter is quantized (`dflash-awq.diff`).
+
 This module reads files only (no lmdeploy import, no torch), so `specq doctor`, `convert` and `plan` can ask
 it on any machine."""
 
@@ -51,6 +60,7 @@ BOOT_DIR = Path(__file__).resolve().parent / "boot"
 PATCH = hook.PATCHES["qwen35-awq-bf16"]
 STEP_PATCH = hook.PATCHES["spec-step"]
 W4A16_PATCH = hook.PATCHES["w4a16-specq"]
+DFLASH_AWQ_PATCH = hook.PATCHES["dflash-awq"]
 SUPPORTED_VERSION = PATCH.version
 
 State = Literal["applies", "patched-on-disk", "absent", "unknown-version", "modified"]

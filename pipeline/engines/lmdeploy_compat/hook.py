@@ -91,6 +91,19 @@ PATCHES = {
             ),
         },
     ),
+    # a 4-bit (AWQ) DFlash drafter: the proposer builds the drafter's linears from the drafter's own
+    # quantization_config, not the target's (docs/lmdeploy-patch.md, "dflash-awq")
+    "dflash-awq": Patch(
+        name="dflash-awq",
+        version="0.18.0",
+        diff="dflash-awq.diff",
+        files={
+            "lmdeploy/pytorch/spec_decode/proposers/dflash.py": (
+                "cd1daf8550a8743d52e1df1fcd972f443093c24c30d1d406622ee61e50240434",
+                "612a6e6fc96587c8328baa810734d0c0a25f97ba8e1ad41e57c8db689487a0c7",
+            ),
+        },
+    ),
 }
 
 

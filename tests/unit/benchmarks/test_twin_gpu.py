@@ -8,9 +8,12 @@ import pytest
 
 from benchmarks.twin_gpu import (
     QWEN3_SHAPES,
+    STEPS,
     MemoryTimeline,
     curve_document,
     decode_rate,
+    drafter_comparison,
+    drafter_name,
     emulated_ratio,
     long_prompt_tokens,
     markdown,
@@ -18,6 +21,8 @@ from benchmarks.twin_gpu import (
     peaks_vs_plan,
     plan_terms,
     qwen3_config,
+    twin27_flags,
+    twin_size,
     wave_points,
 )
 
@@ -184,3 +189,45 @@ def test_the_long_prompt_fills_small_prefill_budgets_too():
     assert long_prompt_tokens(4096) == 3840  # the 27B + MTP run's prompt
     assert long_prompt_tokens(256) == 240
     assert all(0 < long_prompt_tokens(p) < p for p in (64, 128, 256, 1024, 8192))
+
+
+def test_the_27b_twin_carries_both_dflash_drafters_and_a_wave_serves_the_4bit_one():
+    """`twins` builds the 5-layer DFlash drafter in bf16 and in 4 bit beside the 27B-AWQ twin; a wave's
+    `27b-awqd` servers speculate with TWIN/dflash-awq on the 27B target, and memory-dflash4 is a step."""
+    flags = twin27_flags("cuda")
+    assert flags[flags.index("--quant") + 1] == "awq" and flags[flags.index("--draft-layers") + 1] == "5"
+    quants = [flags[i + 1] for i, f in enumerate(flags) if f == "--draft-quant"]
+    assert quants == ["bf16", "awq"] and "dflash" in flags and "mtp" in flags
+    assert STEPS.index("memory-dflash") < STEPS.index("memory-dflash4") < STEPS.index("curve")
+    assert parse_waves("27b:0,7,15+27b-awqd:15,7") == [[("27b", [0, 7, 15]), ("27b-awqd", [7, 15])]]
+    assert (twin_size("27b-awqd"), drafter_name("27b-awqd")) == ("27b", "dflash-awq")
+    assert (twin_size("8b"), drafter_name("8b"), drafter_name("27b")) == ("8b", "dflash", "dflash")
+
+
+def test_the_4bit_drafters_step_cost_is_set_against_the_bf16_ones():
+    """A `27b-awqd` size has no plain server of its own: its points are against the 27B's k = 0 run. The
+    comparison pairs each k; the curve file keeps the bf16 drafter's points only."""
+    plain = _url_report(0, 40.0, None)
+    bf16 = wave_points("twin", 19 * 10**9, {0: plain, 7: _url_report(7, 40 / 1.2, 1.0)})
+    awq = wave_points("twin, 4-bit", 19 * 10**9, {7: _url_report(7, 40 / 1.1, 1.0)}, base=plain)
+    assert [(p["k"], p["cost"]) for p in bf16] == [(7, 1.2)] and [(p["k"], p["cost"]) for p in awq] == [
+        (7, 1.1)
+    ]
+    assert wave_points("twin", 1, {7: _url_report(7, 30.0, 1.0)}) == []  # no plain run at all: no point
+    points = [{**p, "drafter": "bf16"} for p in bf16] + [{**p, "drafter": "awq"} for p in awq]
+    rows = drafter_comparison(points)
+    assert rows == [{"weight_bytes": 19 * 10**9, "k": 7, "bf16_cost": 1.2, "awq_cost": 1.1, "ratio": 0.9167}]
+    text = markdown({"curve": points})
+    assert (
+        "4-bit DFlash drafter against the bf16 one" in text and "| 19.00 | 7 | 1.20 | 1.10 | 0.917 |" in text
+    )
+    doc = curve_document(points, "NVIDIA H200", "abc")
+    assert [p["cost"] for p in doc["curve"]["points"]] == [1.2]
+
+
+def test_the_4bit_drafters_memory_run_is_tabled_like_the_others():
+    report = {"runs": [{"label": "k=7", "draft_tokens": 7, "status": "ok",
+                        "telemetry": {"mem_peak_bytes": 23 * 2**30}}]}  # fmt: skip
+    rows = peaks_vs_plan({"peak_bytes": 23.46 * 2**30}, report, 7)
+    text = markdown({"memory": {"27b-awq-dflash4": {"ratio": 0.05, "gpu_memory": "24GiB", "rows": rows}}})
+    assert "## Memory: 27b-awq-dflash4" in text and "| k=7 | 7 | ok | 23.00 | 23.46 | +2.0% |" in text
