@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
 import traceback
@@ -61,33 +60,6 @@ def rand_awq(n: int, k: int, device: str, group: int = GROUP) -> tuple[torch.Ten
     z = torch.randint(0, 16, (k // group, n), dtype=torch.uint8, device=device)
     s = (torch.rand(k // group, n, device=device) * 0.02 + 0.002).to(torch.float16)
     return W.pack_awq(q), W.pack_awq(z), s
-
-
-def graph_time(ops: list[Callable[[], Any]], iters: int) -> float:
-    """Median µs per op of a CUDA graph running `ops` once each."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for op in ops:
-            op()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for op in ops:
-            op()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(iters):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / len(ops))
-    del graph
-    return statistics.median(times)
 
 
 class Kernels:
@@ -241,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             for m in rows:
                 x = torch.randn(m, k, device="cuda", dtype=dtype)
                 try:
-                    us = graph_time([lambda i=i, op=op, x=x: op(i, x) for i in range(copies)], args.iters)
+                    us = W.graph_us([lambda i=i, op=op, x=x: op(i, x) for i in range(copies)], args.iters)
                 except Exception as e:
                     result["errors"][f"{name}/{kern}/m{m}"] = f"{type(e).__name__}: {e}"
                     traceback.print_exc(limit=2)
