@@ -4,13 +4,13 @@ every weight of the model once, so its time is the time to read the weights.
 
 What it guarantees, and how:
 - **Deterministic and M-invariant.** Every M from 1 to 16 runs one compiled kernel (the rows are padded to
-  16 inside the tensor-core dot), with a launch configuration chosen from the layer's shape (N, K) and the
-  activation dtype only, never from M. Split-K writes each split's fp32 partial sums to a workspace that a
+  16 inside the tensor-core dot), with a launch configuration chosen from the layer's shape (N, K, group
+  size) only, never from M. Split-K writes each split's fp32 partial sums to a workspace that a
   second kernel adds up in split order: no atomics. So row i of the output is bit-identical whether it was
   computed alone or among 16 rows, and two runs of the same input agree bit for bit.
 - **One read of each 4-bit weight, in long runs.** The weights are repacked once, at load, from AWQ's gemm
   layout (qweight int32 [K, N/8], nibbles along N) to a group-major one (int32 [K/g, N, g/8]: one group's
-  words for every output column, each column's g values of k in 16-byte words; nibble p of a word holds k
+  words for every output column, each column's g values of k in g/8 words; nibble p of a word holds k
   offset (0, 2, 4, 6, 1, 3, 5, 7)[p], AWQ's own interleave, so one mask-and-or turns a word into two
   activation-dtype values at once). A block of columns then reads one contiguous run of memory per group
   (4 KB for 64 columns) rather than 64 bytes per column. The zero points become one byte per
@@ -23,11 +23,11 @@ What it guarantees, and how:
   dtype and the output is written in it: no cast kernels around the GEMM.
 
 M > 16 (prefill) runs the same kernel with 64- or 128-row blocks (fast enough for a prefill, not
-M-invariant with decode). Under Triton's interpreter (`TRITON_INTERPRET=1`, CPU tensors) the kernels run
-their pure-Triton dequantization; on the GPU an inline-PTX version of the same arithmetic (`DEQUANT_ASM`)
-produces the same bits.
+M-invariant with decode). Under Triton's interpreter (`TRITON_INTERPRET=1`, CPU tensors) the kernels
+dequantize the same pairs of nibbles in plain Triton (`DEQUANT_PAIRS`); on the GPU inline PTX does it
+(`DEQUANT_ASM`); the three ways, with `DEQUANT_PURE`, give the same bits (tests; the GPU run: docs/w4a16.md).
 
-`linear(x, packed)` is the entry point; `pack_awq` repacks; `tune` chooses and caches a configuration per GPU
+`linear(x, packed)` is the entry point; `pack` repacks; `tune` chooses and caches a configuration per GPU
 and shape (`SPECQ_W4A16_CACHE`, default `${SPECQ_CACHE:-~/.cache/specq}/w4a16/<gpu>.json`)."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "") == "1"
 
 @dataclass(frozen=True)
 class Config:
-    """One launch configuration; chosen per (GPU, N, K, dtype), never per M."""
+    """One launch configuration; chosen per (GPU, N, K, group size), never per M."""
 
     block_n: int = 128
     split_k: int = 1
@@ -148,7 +148,7 @@ def dequantize(p: PackedW4) -> torch.Tensor:
 @triton.jit
 def _dequant_pure(words, z, DTYPE: tl.constexpr):
     """words int32 [BN, KW] (specq layout), z int32 [BN] zero points -> [BN, KW * 8] of q - z in DTYPE, k in
-    order. An exact small integer either way, so the same bits as `_dequant_asm`."""
+    order. An exact small integer either way, so the same bits as `_dequant_pairs`."""
     BN: tl.constexpr = words.shape[0]
     KW: tl.constexpr = words.shape[1]
     c = tl.arange(0, 8)
