@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,12 +28,12 @@ def atomic_dir(dest: str | Path, *, overwrite: bool = False) -> Iterator[Path]:
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".partial", dir=dest.parent))
         os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it 0700; the result is the user's, as mkdir's
     except OSError as e:
-        raise (os_error(e, dest.parent, fix=_OUT_FIX) or e) from None
+        raise (os_error(e, dest.parent, fix=_OUT_FIX, output=True) or e) from None
     try:
         try:
             yield tmp
         except OSError as e:  # writing the artifact: a full disk or read-only FS names the destination
-            mapped = os_error(e, dest, fix=_OUT_FIX)
+            mapped = os_error(e, dest, fix=_OUT_FIX, output=True)
             if mapped is None:
                 raise
             raise mapped from None
@@ -55,14 +56,32 @@ def atomic_dir(dest: str | Path, *, overwrite: bool = False) -> Iterator[Path]:
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write a file through a temporary sibling and an atomic rename. OS faults a user can fix (permission,
-    read-only, full disk) come back as one-line SpecqErrors naming `path`."""
-    path = Path(path)
+    """Write a file through a temporary sibling and an atomic rename. OS faults of the path (permission,
+    read-only, full disk, a directory that takes no files) come back as one-line SpecqErrors naming `path`.
+    A rename replaces what it lands on, so what is not a regular file is never renamed over: a device or a
+    pipe (/dev/stdout, /dev/null, a FIFO) is written in place, and a symbolic link keeps pointing where it
+    did, its target written through a sibling of the target."""
+    given = path = Path(path)
+    try:
+        mode = os.stat(path).st_mode  # follows links
+    except OSError:
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise InputError(f"{path}: is a directory where a file was expected; name a file")
+    if mode is not None and not stat.S_ISREG(mode):
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            raise (os_error(e, path, output=True) or e) from None
+        return given
+    if path.is_symlink():  # a dangling one too: it names where the file goes
+        path = path.resolve()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     except OSError as e:
-        raise (os_error(e, path) or e) from e
+        raise (os_error(e, given, output=True) or e) from e
     try:
         os.fchmod(fd, 0o666 & ~umask())  # mkstemp makes it 0600; the result is the user's, as open()'s
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -72,9 +91,9 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if isinstance(e, OSError):
-            raise (os_error(e, path) or e) from e
+            raise (os_error(e, given, output=True) or e) from e
         raise
-    return path
+    return given
 
 
 _OUT_FIX = "choose another --out"
@@ -132,7 +151,7 @@ def atomic_files(dest_dir: str | Path) -> Iterator[Path]:
         tmp = Path(tempfile.mkdtemp(prefix=".specq-files.", suffix=".partial", dir=dest_dir))
         os.chmod(tmp, 0o777 & ~umask())
     except OSError as e:
-        raise (os_error(e, dest_dir, fix=_OUT_FIX) or e) from None
+        raise (os_error(e, dest_dir, fix=_OUT_FIX, output=True) or e) from None
     try:
         try:
             yield tmp
@@ -150,7 +169,7 @@ def atomic_files(dest_dir: str | Path) -> Iterator[Path]:
             cause = e if isinstance(e, OSError) else e.__cause__
             if not isinstance(cause, OSError):
                 raise
-            mapped = os_error(OSError(cause.errno, cause.strerror), dest_dir, fix=_OUT_FIX)
+            mapped = os_error(OSError(cause.errno, cause.strerror), dest_dir, fix=_OUT_FIX, output=True)
             if mapped is None:
                 raise
             raise mapped from None
