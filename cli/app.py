@@ -243,15 +243,21 @@ def _root(
 
 
 def _quiet_data_libraries() -> None:
-    """datasets draws a "Generating train split" bar for every local file it reads, huggingface_hub logs
-    each retry of an unreachable hub, transformers warns as it loads a tokenizer, and pyarrow may warn as it
-    is imported: stderr noise around the one line that matters (with --verbose all of it is shown)."""
+    """datasets draws a "Generating train split" bar for every local file it reads (and logs "Failed to read
+    schema" before it raises for a damaged Parquet file, which specq reports in its own line),
+    huggingface_hub logs each retry of an unreachable hub, transformers draws a "Loading weights" bar for
+    every model it loads and warns as it loads a tokenizer, and pyarrow may warn as it is imported: stderr
+    noise around the one line that matters (with --verbose all of it is shown)."""
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' loading bars read it too
     os.environ.setdefault("HF_HUB_VERBOSITY", "error")  # the libraries set their own levels at import
-    os.environ.setdefault("DATASETS_VERBOSITY", "error")
+    os.environ.setdefault("DATASETS_VERBOSITY", "critical")  # its errors are raised as well as logged
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # e.g. its model-type notice for a tokenizer
-    for name in ("huggingface_hub", "datasets", "fsspec", "pyarrow"):
+    for name in ("huggingface_hub", "fsspec", "pyarrow"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    logging.getLogger("datasets").setLevel(logging.CRITICAL)
+    if "transformers" in sys.modules:  # imported already (an in-process caller): its bar is decided
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
     warnings.filterwarnings("ignore", module=r"pyarrow(\.|$)")
     warnings.filterwarnings("ignore", message=r".*pyarrow.*", category=FutureWarning)
 

@@ -552,18 +552,17 @@ def check_inputs(request: BenchRequest, engine_factory: EngineFactory | None) ->
         _Report.load(b.baseline_report)  # fail now, not after the sweep
 
 
-def check_speculative_runs(request: BenchRequest, engine_factory: EngineFactory | None) -> None:
-    """Refuse a drafter the engine cannot speculate with, and a `--tp` a server cannot shard over, before
-    the baseline's server starts, not after."""
+def check_servers(request: BenchRequest, engine_factory: EngineFactory | None) -> None:
+    """Every refusal a planned server's launch would make without starting it, before any output is
+    written: its checkpoints, the drafter and method, the backend and its options (`engine.step_patch` on
+    TurboMind, a `--tp` a server cannot shard over, an LMDeploy the compatibility patch does not know) —
+    `serve`'s own checks (`resolve_spec`), for the baseline and every k."""
     if request.settings.url or not request.serve.model_path or engine_factory is not None:
         return
-    from ..serve.spec import check_speculation
+    from ..serve.spec import resolve_spec
 
     for _label, serve in sweep_plan(request):
-        if serve.draft_tokens > 0 or serve.options.tp > 1:
-            check_speculation(serve)
-        if serve.draft_tokens > 0:
-            return
+        resolve_spec(serve)
 
 
 def run_bench(
@@ -586,7 +585,7 @@ def run_bench(
     )
     counter, why = load_token_counter(b.tokenizer or model_path)
     check_prompt_lengths(workload, counter, b.max_tokens, model_path, b.mode)
-    check_speculative_runs(request, engine_factory)
+    check_servers(request, engine_factory)
     report = new_report(request, workload)
     mark_twins(report, request)
     if counter is None:
