@@ -70,9 +70,8 @@ def _stale(tmp_path: Path, name: str, pid: int) -> Path:
 
 
 def _dead_pid() -> int:
-    p = subprocess.Popen(["true"])
-    p.wait()
-    return p.pid
+    """A PID no process has: above the kernel's largest (a reaped child's could be reused meanwhile)."""
+    return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
 
 
 def test_the_next_twin_removes_what_a_killed_build_left_and_says_so(specq, tmp_path):
@@ -107,11 +106,16 @@ def test_any_writer_removes_an_abandoned_temporary_of_its_destination(specq, toy
 def test_a_twin_killed_mid_build_is_cleaned_by_the_next_run(specq, tmp_path):
     """SIGKILL while the shards are written (no handler runs): its temporary stays; the next build of the
     same --out removes it, names it and completes."""
-    config = _config(tmp_path, hidden_size=512, intermediate_size=2048, num_hidden_layers=8, vocab_size=32000)
+    # about 1.3 GiB in 10 MiB shards, far more than is written before the first shard is seen and the kill
+    # lands, so the build cannot finish first however the machine schedules the two processes
+    big = tmp_path / "big"
+    big.mkdir()
+    shape = dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=8, vocab_size=32000)
+    config = _config(big, **shape, head_dim=128, num_attention_heads=16, num_key_value_heads=8)
     out = tmp_path / "out"
     args = ["twin", str(config), "--out", str(out), "--device", "cpu", "--shard-gib", "0.01"]
-    p = subprocess.Popen([*SPECQ, *args], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 300
+    p = subprocess.Popen([*SPECQ, *args], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300  # a bound on waiting, not a measurement
     partial: list[Path] = []
     while time.monotonic() < deadline and p.poll() is None:  # until its first shard is on disk
         partial = [d for d in tmp_path.glob(".out.*.partial") if list(d.glob("target/*.safetensors"))]
@@ -122,7 +126,8 @@ def test_a_twin_killed_mid_build_is_cleaned_by_the_next_run(specq, tmp_path):
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     assert partial[0].exists()  # what a killed build leaves
-    r = specq("twin", config, "--out", out, "--device", "cpu", "--shard-gib", "0.01")
+    # the next build of the same --out (a small model this time: the leftover is what matters)
+    r = specq("twin", _config(tmp_path), "--out", out, "--device", "cpu")
     assert r.code == 0, r.err
     assert not partial[0].exists() and partial[0].name in r.err
     assert (out / "twin_report.json").is_file()
