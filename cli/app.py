@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal
 import sys
 import traceback
@@ -15,7 +16,6 @@ from typing import Any
 
 import typer
 from rich.text import Text
-from typer._click.exceptions import ClickException
 from typer.core import TyperGroup, TyperOption
 
 from specq.pipeline import __version__
@@ -44,8 +44,6 @@ class SpecqGroup(TyperGroup):
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, typer.TyperException):  # exits and usage errors: Typer's own
             raise
-        except SpecqError as e:
-            _fail(e, str(e), e.exit_code)
         except Terminated as e:
             interrupted = _ignore_further_signals()
             _fail(e, f"terminated by {signal.Signals(e.signum).name}", 128 + e.signum)
@@ -55,18 +53,8 @@ class SpecqGroup(TyperGroup):
         except BrokenPipeError:
             # stdout was closed early (`specq ... | head`): not an error of ours; stop quietly
             _quiet_broken_pipe()
-        except OSError as e:  # permission denied, read-only file system, full disk: the user's to fix
-            mapped = os_error(e)
-            if mapped is None:
-                _fail(e, _unexpected(e), 1)
-            else:
-                _fail(e, str(mapped), mapped.exit_code)
-        except UnicodeDecodeError as e:  # an input read as text somewhere that did not name its file
-            _fail(e, f"an input is not UTF-8 text ({e.reason} at byte {e.start}); convert it to UTF-8", 2)
         except Exception as e:  # the one place a blind except belongs: nothing else may reach the user
-            if "No space left on device" in str(e) or "os error 28" in str(e):  # wrapped by a backend
-                _fail(e, f"no space left on the device ({type(e).__name__}); free some space", 4)
-            _fail(e, _unexpected(e), 1)
+            _fail(e, *error_line(e))
         finally:
             # after an interrupt the specq process is on its way out: a signal arriving now (a third
             # Ctrl-C) must not raise inside some destructor ("Exception ignored in ... __del__"), so they
@@ -92,7 +80,7 @@ class SpecqGroup(TyperGroup):
         except typer.Abort:
             _error_line("aborted")
             sys.exit(1)
-        except ClickException as e:
+        except typer.TyperException as e:  # click's usage errors (Typer's public base class)
             if not e.format_message().strip():  # bare `specq` / `specq toy`: the help is already shown
                 sys.exit(e.exit_code)
             ctx = getattr(e, "ctx", None)
@@ -105,6 +93,59 @@ class SpecqGroup(TyperGroup):
 
 def _unexpected(e: BaseException) -> str:
     return f"unexpected error: {type(e).__name__}: {e} (rerun with SPECQ_DEBUG=1 and report it)"
+
+
+def _os_fault(e: OSError) -> tuple[str, int] | None:
+    mapped = os_error(e)  # by errno, from the one table of OS faults (pipeline/errors.py, OS_FAULTS)
+    return (str(mapped), mapped.exit_code) if mapped is not None else None
+
+
+def _rust_os_fault(e: Exception) -> tuple[str, int] | None:
+    """safetensors' Rust core raises one exception type for every failure and states an I/O error's errno
+    only as Rust's std::io::Error prints it, `(os error N)`: N is looked up like any errno."""
+    found = re.search(r"\(os error (\d+)\)", str(e))
+    if found is None:
+        return None
+    fault = OSError(int(found.group(1)), os.strerror(int(found.group(1))))
+    mapped = _os_fault(fault)
+    return (f"{mapped[0]} ({type(e).__name__})", mapped[1]) if mapped is not None else None
+
+
+def _not_utf8(e: UnicodeDecodeError) -> tuple[str, int]:
+    return f"an input is not UTF-8 text ({e.reason} at byte {e.start}); convert it to UTF-8", 2
+
+
+# The one map from an error that reached the command line to its line and exit code, keyed by exception type
+# (the first row whose type matches, checked for the error and then for each error it was raised from: a
+# backend that wraps an OSError is judged by the OSError) and, for OS errors, by errno (OS_FAULTS: 2 for a
+# path to change, 4 for a full disk). Rows that find nothing leave the error to the next; an error no row
+# maps is a bug: exit 1 and the request to report it. Exits, usage errors and signals are handled before.
+# A type of an optional package is named "module.QualName", so that the map imports nothing heavy.
+ERRORS: tuple[tuple[type[BaseException] | str, Callable[[Any], tuple[str, int] | None]], ...] = (
+    (SpecqError, lambda e: (str(e), e.exit_code)),
+    (OSError, _os_fault),
+    (UnicodeDecodeError, _not_utf8),
+    ("safetensors._safetensors_rust.SafetensorError", _rust_os_fault),
+)
+
+
+def _is(e: BaseException, kind: type[BaseException] | str) -> bool:
+    if isinstance(kind, str):
+        return any(f"{t.__module__}.{t.__qualname__}" == kind for t in type(e).__mro__)
+    return isinstance(e, kind)
+
+
+def error_line(e: BaseException) -> tuple[str, int]:
+    """(the one stderr line, the exit code) for `e`, from ERRORS."""
+    seen: set[int] = set()
+    cause: BaseException | None = e
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        for kind, describe in ERRORS:
+            if _is(cause, kind) and (found := describe(cause)) is not None:
+                return found
+        cause = cause.__cause__ or cause.__context__
+    return _unexpected(e), 1
 
 
 def _terminate_like_interrupt() -> dict[int, Any]:
@@ -202,15 +243,21 @@ def _root(
 
 
 def _quiet_data_libraries() -> None:
-    """datasets draws a "Generating train split" bar for every local file it reads, huggingface_hub logs
-    each retry of an unreachable hub, transformers warns as it loads a tokenizer, and pyarrow may warn as it
-    is imported: stderr noise around the one line that matters (with --verbose all of it is shown)."""
+    """datasets draws a "Generating train split" bar for every local file it reads (and logs "Failed to read
+    schema" before it raises for a damaged Parquet file, which specq reports in its own line),
+    huggingface_hub logs each retry of an unreachable hub, transformers draws a "Loading weights" bar for
+    every model it loads and warns as it loads a tokenizer, and pyarrow may warn as it is imported: stderr
+    noise around the one line that matters (with --verbose all of it is shown)."""
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' loading bars read it too
     os.environ.setdefault("HF_HUB_VERBOSITY", "error")  # the libraries set their own levels at import
-    os.environ.setdefault("DATASETS_VERBOSITY", "error")
+    os.environ.setdefault("DATASETS_VERBOSITY", "critical")  # its errors are raised as well as logged
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # e.g. its model-type notice for a tokenizer
-    for name in ("huggingface_hub", "datasets", "fsspec", "pyarrow"):
+    for name in ("huggingface_hub", "fsspec", "pyarrow"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    logging.getLogger("datasets").setLevel(logging.CRITICAL)
+    if "transformers" in sys.modules:  # imported already (an in-process caller): its bar is decided
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
     warnings.filterwarnings("ignore", module=r"pyarrow(\.|$)")
     warnings.filterwarnings("ignore", message=r".*pyarrow.*", category=FutureWarning)
 

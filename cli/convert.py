@@ -46,8 +46,11 @@ def convert(
         convert={"to": to, "dtype": dtype, "out": out_dir, "engine_check": engine_check},
     )
     result = run_convert(ConvertRequest.from_config(cfg), progress=progress)
-    emit(result, as_json, lambda r: convert_text(r, out.width), convert_diagnostics(result))
-    if not result.ready and result.report is not None:
+    refused = not result.ready and result.report is not None  # then stderr holds the one error line only
+    diagnostics = [] if refused else convert_diagnostics(result)
+    emit(result, as_json, lambda r: convert_text(r, out.width), diagnostics)
+    if refused:
+        assert result.report is not None
         fixes = result.report.fixes
         hint = f"; fix: {' && '.join(fixes)}" if fixes else ""
         raise NotReady(f"{result.report.model} is not ready to serve as asked{hint}")

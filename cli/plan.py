@@ -59,6 +59,8 @@ def plan(
               "kv_dtype": kv_dtype, "cache_max_entry_count": cache_max_entry_count},
     )  # fmt: skip
     result = run_plan(PlanRequest.from_config(cfg))
-    emit(result, as_json, lambda r: plan_text(r, out.width), plan_diagnostics(result))
-    if check and not result.fits:
-        raise EnvironmentMissing(result.verdict)
+    refused = check and not result.fits  # then the advice goes into the one error line, not before it
+    emit(result, as_json, lambda r: plan_text(r, out.width), [] if refused else plan_diagnostics(result))
+    if refused:
+        advice = f"; would fit: {'; or '.join(result.advice)}" if result.advice else ""
+        raise EnvironmentMissing(result.verdict + advice)

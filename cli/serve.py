@@ -143,11 +143,10 @@ def start(
 
 def _announce(result: run.ServeInfo, as_json: bool, *, detached: bool) -> None:
     spec = f", {result.method} K={result.draft_tokens}" if result.method else ""
-    diagnostics = [
-        f"serving {result.model_name} with {result.engine}{spec} (pid {result.pid}; log {result.log})",
-        "stop it with: specq serve stop" if detached else "press Ctrl-C to stop",
-    ]
-    emit(result, as_json, lambda r: f"{r.url}/v1 {r.model_name}", diagnostics)
+    # progress lines (•), like every line before them: stderr's unmarked lines are for what went wrong
+    progress(f"serving {result.model_name} with {result.engine}{spec} (pid {result.pid}; log {result.log})")
+    progress("stop it with: specq serve stop" if detached else "press Ctrl-C to stop")
+    emit(result, as_json, lambda r: f"{r.url}/v1 {r.model_name}")
 
 
 @serve_app.command("status")

@@ -60,7 +60,7 @@ def twin(
     ] = "auto",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random weights.")] = 0,
     shard_gib: Annotated[
-        float, typer.Option("--shard-gib", min=0.001, help="Largest safetensors shard, GiB.")
+        float, typer.Option("--shard-gib", min=0.001, max=1024, help="Largest safetensors shard, GiB.")
     ] = 2.0,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
     as_json: JsonOpt = False,

@@ -82,6 +82,7 @@ def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
     if not isinstance(header, dict):
         raise InputError(f"{path}: not a readable safetensors file (header is not a JSON object)")
     out: dict[str, TensorInfo] = {}
+    spans: list[tuple[int, int, str]] = []
     data_end = 0
     for name, v in header.items():
         if name == "__metadata__":
@@ -101,12 +102,35 @@ def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
                 f"{path}: tensor '{name}' header disagrees with its dtype and shape; damaged file"
             )
         data_end = max(data_end, end)
+        spans.append((start, end, name))
         out[name] = info
     if 8 + n + data_end > size:
         raise InputError(
             f"{path}: file is {size} bytes but its header describes {8 + n + data_end}; the file is truncated"
         )
+    _check_contiguous(path, spans, size - 8 - n)
     return out
+
+
+def _check_contiguous(path: Path, spans: list[tuple[int, int, str]], data_bytes: int) -> None:
+    """The tensors must tile the data section exactly, in offset order, as safetensors' loader demands
+    ("invalid offset", "file not fully covered"): a gap is a tensor whose header entry is missing, an overlap
+    two entries claiming the same bytes, bytes left over a file that is not the one its header describes."""
+    at = 0
+    for start, end, name in sorted(spans):
+        if start != at:
+            what = (
+                "a gap before it: a tensor's header entry is missing" if start > at else "it overlaps another"
+            )
+            raise InputError(
+                f"{path}: tensor '{name}' starts at data byte {start}, not {at} ({what}); the file is damaged"
+            )
+        at = end
+    if at != data_bytes:
+        raise InputError(
+            f"{path}: its header describes {at} bytes of tensor data but the file holds {data_bytes}; the "
+            "file is damaged"
+        )
 
 
 TWIN_KEY = "specq_twin"  # config.json key `specq twin` writes: a random-weight copy of a model's shapes

@@ -74,39 +74,44 @@ def missing_package(package: str, extra: str) -> EnvironmentMissing:
     )
 
 
-# errno values that are about the machine, not a bug: read-only file systems, full disks, permissions.
-NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
-
-
-def os_error(exc: OSError, path: str | Path | None = None, *, fix: str | None = None) -> SpecqError | None:
-    """The one-line SpecqError for an OS fault a user can fix (permission denied, read-only file system,
-    no space left), naming the path (`exc.filename`, else `path`); None for any other OSError (a bug).
-    `fix` replaces the default advice (e.g. 'choose another --out')."""
-    where = exc.filename if exc.filename is not None else path
-    at = f"{where}: " if where is not None else ""
-    if isinstance(exc, PermissionError) or exc.errno in (errno.EACCES, errno.EPERM):
-        return InputError(
-            f"{at}permission denied; {fix or 'fix its permissions (chmod/chown) or use another path'}"
-        )
-    if exc.errno == errno.EROFS:
-        return InputError(f"{at}read-only file system; {fix or 'write to a writable location instead'}")
-    if exc.errno in NO_SPACE:
-        return EnvironmentMissing(
-            f"{at}no space left on the device; free some space or {fix or 'write somewhere else'}"
-        )
-    if exc.errno in PATH_FAULTS:
-        return InputError(f"{at}{PATH_FAULTS[exc.errno]}; {fix or 'use another path'}")
-    return None
-
-
-# Path faults a user fixes by naming another path: what each errno means, said plainly.
-PATH_FAULTS = {
-    errno.ENAMETOOLONG: "a file name is too long (at most 255 bytes per name)",
-    errno.ENOTDIR: "a part of the path is not a directory",
-    errno.EEXIST: "already exists and is in the way",
-    errno.ELOOP: "too many levels of symbolic links",
-    errno.EISDIR: "is a directory where a file was expected",
+# The one table of OS faults a user fixes, keyed by errno: what it means, said plainly, the error class (and
+# so the exit code: 2 for a path to change, 4 for space to free) and the advice when the caller gives none.
+_PATH, _SPACE = "use another path", "write somewhere else"
+OS_FAULTS: dict[int, tuple[str, type[SpecqError], str]] = {
+    errno.EACCES: ("permission denied", InputError, "fix its permissions (chmod/chown) or use another path"),
+    errno.EPERM: ("permission denied", InputError, "fix its permissions (chmod/chown) or use another path"),
+    errno.EROFS: ("read-only file system", InputError, "write to a writable location instead"),
+    errno.ENOSPC: ("no space left on the device", EnvironmentMissing, _SPACE),
+    errno.EDQUOT: ("disk quota exceeded, no space left on the device", EnvironmentMissing, _SPACE),
+    errno.ENAMETOOLONG: ("a file name is too long (at most 255 bytes per name)", InputError, _PATH),
+    errno.ENOTDIR: ("a part of the path is not a directory", InputError, _PATH),
+    errno.EEXIST: ("already exists and is in the way", InputError, _PATH),
+    errno.ELOOP: ("too many levels of symbolic links", InputError, _PATH),
+    errno.EISDIR: ("is a directory where a file was expected", InputError, _PATH),
 }
+NO_SPACE = {code for code, (_, cls, _) in OS_FAULTS.items() if cls is EnvironmentMissing}
+
+
+def os_error(
+    exc: OSError, path: str | Path | None = None, *, fix: str | None = None, output: bool = False
+) -> SpecqError | None:
+    """The one-line SpecqError for an OS fault, from `OS_FAULTS` by errno, naming `path` (else
+    `exc.filename`); `fix` replaces the default advice (e.g. 'choose another --out'). Any other errno is a
+    bug (None), except on an `output` path: whatever stops specq writing where the user pointed it (a
+    directory like /proc that takes no new files, a device that refuses writes) is the user's to change,
+    exit 2 naming the path (4 for space, as above)."""
+    where = path if path is not None else exc.filename
+    at = f"{where}: " if where is not None else ""
+    if exc.errno in OS_FAULTS:
+        words, cls, default = OS_FAULTS[exc.errno]
+        advice = fix or default
+        if cls is EnvironmentMissing:
+            advice = f"free some space or {advice}"
+        return cls(f"{at}{words}; {advice}")
+    if output and where is not None:
+        reason = exc.strerror or type(exc).__name__
+        return InputError(f"{at}cannot be written ({reason}); {fix or 'use another path'}")
+    return None
 
 
 def decode_error(exc: UnicodeDecodeError, path: str | Path, offset: int = 0) -> InputError:

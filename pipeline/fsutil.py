@@ -4,35 +4,45 @@ complete, so an error or Ctrl-C never leaves a half-written output behind."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import glob
 import os
+import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from .errors import EnvironmentMissing, InputError, SpecqError, os_error
+from .progress import Progress, null_progress
 
 
 @contextlib.contextmanager
-def atomic_dir(dest: str | Path, *, overwrite: bool = False) -> Iterator[Path]:
+def atomic_dir(
+    dest: str | Path, *, overwrite: bool = False, progress: Progress = null_progress
+) -> Iterator[Path]:
     """Yield a fresh temporary directory next to `dest`; rename it to `dest` when the block succeeds.
 
     With `overwrite`, an existing `dest` is replaced only after the new one is complete. Concurrent
-    writers of the same `dest` are safe: the first complete one wins, later ones are discarded."""
+    writers of the same `dest` are safe: the first complete one wins, later ones are discarded. What an
+    earlier run killed beside `dest` left (its temporaries) is removed first, and `progress` says so."""
     dest = Path(dest)
     if dest.exists() and not overwrite:
         raise InputError(f"{dest} already exists; choose another --out or remove it")
+    say_removed(dest, remove_stale_temporaries(dest), progress)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".partial", dir=dest.parent))
+        held = temporary_dir(dest, ".partial")
+        tmp = held.__enter__()
         os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it 0700; the result is the user's, as mkdir's
     except OSError as e:
-        raise (os_error(e, dest.parent, fix=_OUT_FIX) or e) from None
+        raise (os_error(e, dest.parent, fix=_OUT_FIX, output=True) or e) from None
     try:
         try:
             yield tmp
         except OSError as e:  # writing the artifact: a full disk or read-only FS names the destination
-            mapped = os_error(e, dest, fix=_OUT_FIX)
+            mapped = os_error(e, dest, fix=_OUT_FIX, output=True)
             if mapped is None:
                 raise
             raise mapped from None
@@ -50,19 +60,131 @@ def atomic_dir(dest: str | Path, *, overwrite: bool = False) -> Iterator[Path]:
                     raise
                 # another writer finished first; its result is equivalent
     finally:
+        held.__exit__(None, None, None)
+
+
+# Every temporary a writer makes beside its destination is named `.{dest name}.{pid}.{random}{suffix}` and is
+# held under an flock for the writer's life. The kernel drops the lock when the process dies, however it
+# died (SIGKILL, an OOM kill, a power cut), so a later run tells an abandoned temporary (unlocked, its
+# process gone) from a live writer's and removes it.
+TEMP_SUFFIXES = (".partial", ".work")
+
+
+@contextlib.contextmanager
+def temporary_dir(dest: str | Path, suffix: str = ".work") -> Iterator[Path]:
+    """A fresh directory beside `dest` in specq's temporary naming, held (flock) while in use and removed
+    afterwards: scratch space that a killed run's successor can recognise as abandoned."""
+    dest = Path(dest)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.{os.getpid()}.", suffix=suffix, dir=dest.parent))
+    fd = _hold(tmp)
+    try:
+        yield tmp
+    finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+        os.close(fd)
+
+
+def _hold(path: Path | str) -> int:
+    fd = os.open(path, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _abandoned(path: Path, name: str) -> bool:
+    """No process holds `path` (a temporary of `name`'s) and the one its name records is gone."""
+    m = re.match(rf"\.{re.escape(name)}\.(\d+)\.", path.name)
+    pid = int(m.group(1)) if m is not None else None
+    if pid is not None and (pid == os.getpid() or _alive(pid)):
+        return False  # its writer lives (it may be between creating it and taking the lock)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # held: a live writer's
+    finally:
+        os.close(fd)
+    return True
+
+
+def remove_stale_temporaries(dest: str | Path) -> list[str]:
+    """Remove what runs killed while writing `dest` left beside it: specq's `.partial` and `.work`
+    temporaries that no live process holds, and `.old-PID` copies whose process is gone. Returns their
+    names (a caller says so); anything else, and anything in use, is left alone."""
+    dest = Path(dest)
+    if not dest.parent.is_dir():
+        return []
+    removed = []
+    for p in sorted(dest.parent.glob(glob.escape(f".{dest.name}.") + "*")):
+        rest = p.name[len(dest.name) + 2 :]
+        old = re.fullmatch(r"old-(\d+)", rest)
+        if old is not None:
+            stale = not _alive(int(old.group(1)))
+        elif p.name.endswith(TEMP_SUFFIXES):
+            stale = _abandoned(p, dest.name)
+        else:
+            continue
+        if not stale:
+            continue
+        try:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+        except OSError:
+            continue
+        removed.append(p.name)
+    return removed
+
+
+def say_removed(dest: Path, removed: list[str], progress: Progress) -> None:
+    if removed:
+        what = "temporary" if len(removed) == 1 else f"{len(removed)} temporaries"
+        progress(f"removed the {what} an interrupted run left beside {dest}: {', '.join(removed)}")
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write a file through a temporary sibling and an atomic rename. OS faults a user can fix (permission,
-    read-only, full disk) come back as one-line SpecqErrors naming `path`."""
-    path = Path(path)
+    """Write a file through a temporary sibling and an atomic rename. OS faults of the path (permission,
+    read-only, full disk, a directory that takes no files) come back as one-line SpecqErrors naming `path`.
+    A rename replaces what it lands on, so what is not a regular file is never renamed over: a device or a
+    pipe (/dev/stdout, /dev/null, a FIFO) is written in place, and a symbolic link keeps pointing where it
+    did, its target written through a sibling of the target."""
+    given = path = Path(path)
+    try:
+        mode = os.stat(path).st_mode  # follows links
+    except OSError:
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise InputError(f"{path}: is a directory where a file was expected; name a file")
+    if mode is not None and not stat.S_ISREG(mode):
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            raise (os_error(e, path, output=True) or e) from None
+        return given
+    if path.is_symlink():  # a dangling one too: it names where the file goes
+        path = path.resolve()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        remove_stale_temporaries(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".partial", dir=path.parent)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
-        raise (os_error(e, path) or e) from e
+        raise (os_error(e, given, output=True) or e) from e
     try:
         os.fchmod(fd, 0o666 & ~umask())  # mkstemp makes it 0600; the result is the user's, as open()'s
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -72,9 +194,9 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if isinstance(e, OSError):
-            raise (os_error(e, path) or e) from e
+            raise (os_error(e, given, output=True) or e) from e
         raise
-    return path
+    return given
 
 
 _OUT_FIX = "choose another --out"
@@ -129,16 +251,19 @@ def atomic_files(dest_dir: str | Path) -> Iterator[Path]:
     dest_dir = Path(dest_dir)
     try:
         dest_dir.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".specq-files.", suffix=".partial", dir=dest_dir))
+        remove_stale_temporaries(dest_dir / "specq-files")  # `.specq-files.PID.*.partial` of killed runs
+        tmp = Path(tempfile.mkdtemp(prefix=f".specq-files.{os.getpid()}.", suffix=".partial", dir=dest_dir))
+        held = _hold(tmp)
         os.chmod(tmp, 0o777 & ~umask())
     except OSError as e:
-        raise (os_error(e, dest_dir, fix=_OUT_FIX) or e) from None
+        raise (os_error(e, dest_dir, fix=_OUT_FIX, output=True) or e) from None
     try:
         try:
             yield tmp
             for item in sorted(tmp.iterdir()):
                 target = dest_dir / item.name
                 if item.is_dir() and target.is_dir():
+                    remove_stale_temporaries(target)  # an `.old-PID` copy a killed run left
                     old = dest_dir / f".{item.name}.old-{os.getpid()}"
                     target.rename(old)
                     item.rename(target)
@@ -150,12 +275,13 @@ def atomic_files(dest_dir: str | Path) -> Iterator[Path]:
             cause = e if isinstance(e, OSError) else e.__cause__
             if not isinstance(cause, OSError):
                 raise
-            mapped = os_error(OSError(cause.errno, cause.strerror), dest_dir, fix=_OUT_FIX)
+            mapped = os_error(OSError(cause.errno, cause.strerror), dest_dir, fix=_OUT_FIX, output=True)
             if mapped is None:
                 raise
             raise mapped from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        os.close(held)
 
 
 def check_writable(dest: str | Path, *, need_bytes: int = 0, what: str = "--out") -> None:

@@ -10,13 +10,14 @@ import importlib
 import importlib.metadata
 import importlib.util
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-from .errors import EnvironmentMissing, missing_package
+from .errors import EnvironmentMissing, UsageError, missing_package
 
 
 class GpuInfo(BaseModel):
@@ -197,12 +198,15 @@ def cuda_usable() -> bool:
 
 
 def pick_device(requested: str) -> str:
-    """`auto` → cuda when torch sees a CUDA device, else cpu; `cuda` without one is an exit-4 error; any other
-    value is returned as asked."""
+    """`auto` → cuda when torch sees a CUDA device, else cpu; `cuda` (or `cuda:N`) without one is an exit-4
+    error; cpu is returned as asked; anything else (`tpu`, `mps`, a typo) is a usage error, refused here
+    before torch meets it."""
     if requested == "auto":
         return "cuda" if cuda_usable() else "cpu"
-    if requested == "cuda" and not cuda_usable():
-        raise EnvironmentMissing("--device cuda: no usable CUDA GPU here; use --device cpu or auto")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", requested):
+        raise UsageError(f"--device {requested}: not a device specq runs on; use auto, cpu, cuda or cuda:N")
+    if requested.startswith("cuda") and not cuda_usable():
+        raise EnvironmentMissing(f"--device {requested}: no usable CUDA GPU here; use --device cpu or auto")
     return requested
 
 

@@ -552,18 +552,21 @@ def check_inputs(request: BenchRequest, engine_factory: EngineFactory | None) ->
         _Report.load(b.baseline_report)  # fail now, not after the sweep
 
 
-def check_speculative_runs(request: BenchRequest, engine_factory: EngineFactory | None) -> None:
-    """Refuse a drafter the engine cannot speculate with, and a `--tp` a server cannot shard over, before
-    the baseline's server starts, not after."""
+def check_servers(request: BenchRequest, engine_factory: EngineFactory | None, out: Path) -> None:
+    """Every refusal a planned server's launch would make without starting it, before any output is
+    written: `serve`'s checks of what was asked (`resolve_spec`: the checkpoints, the drafter and method,
+    the backend and its options such as `engine.step_patch` on TurboMind) and the engine's preflight of
+    this machine (lmdeploy, a GPU, FlashAttention-3: exit 4), for the baseline and every k."""
     if request.settings.url or not request.serve.model_path or engine_factory is not None:
         return
-    from ..serve.spec import check_speculation
+    from ..serve.base import require_weights
+    from ..serve.registry import build_engine
+    from ..serve.spec import resolve_spec
 
-    for _label, serve in sweep_plan(request):
-        if serve.draft_tokens > 0 or serve.options.tp > 1:
-            check_speculation(serve)
-        if serve.draft_tokens > 0:
-            return
+    for label, serve in sweep_plan(request):
+        spec = resolve_spec(serve)
+        build_engine(spec, out / "servers" / label.replace("=", "")).preflight()  # built, never started
+        require_weights(spec.target.path, spec.draft_path)
 
 
 def run_bench(
@@ -586,7 +589,7 @@ def run_bench(
     )
     counter, why = load_token_counter(b.tokenizer or model_path)
     check_prompt_lengths(workload, counter, b.max_tokens, model_path, b.mode)
-    check_speculative_runs(request, engine_factory)
+    check_servers(request, engine_factory, out)
     report = new_report(request, workload)
     mark_twins(report, request)
     if counter is None:

@@ -14,7 +14,8 @@ import sys
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
@@ -98,7 +99,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
             parser.read_string(text, source=str(path))
         except configparser.Error as e:
             raise ConfigError(f"config file {path}: not valid INI: {str(e).splitlines()[0]}") from None
-        return {s: {k: _coerce(v) for k, v in parser[s].items()} for s in parser.sections()}
+        return _spelled_bools({s: {k: _coerce(v) for k, v in parser[s].items()} for s in parser.sections()})
     return _parse_toml(text, f"config file {path}")
 
 
@@ -109,7 +110,7 @@ def env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
             continue
         section, _, key = name[len(ENV_PREFIX) :].lower().partition("__")
         out.setdefault(section, {})[key] = _coerce(value)
-    return out
+    return _spelled_bools(out)
 
 
 def _check_keys(layer: Mapping[str, Any], model: type[BaseModel], source: str, prefix: str = "") -> None:
@@ -156,6 +157,37 @@ def _strip_meta(layer: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in layer.items() if k not in META_KEYS}
 
 
+def _is_bool(annotation: Any) -> bool:
+    if annotation is bool:
+        return True
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _is_bool(get_args(annotation)[0])
+    if origin in (Union, UnionType):
+        return any(_is_bool(a) for a in get_args(annotation) if a is not type(None))
+    return False
+
+
+def _as_bool(v: Any) -> Any:
+    return bool(v) if type(v) is int and v in (0, 1) else v
+
+
+def _spelled_bools(layer: dict[str, Any]) -> dict[str, Any]:
+    """An environment variable or INI value is text, and 1 and 0 spell a boolean setting there too
+    (`SPECQ_ENGINE__STEP_PATCH=1`), as true/yes/on and false/no/off do. A TOML file has booleans of its
+    own: there a 1 or a "yes" stays what it is, and a boolean setting refuses it."""
+    out: dict[str, Any] = {}
+    for name, values in layer.items():
+        field = SpecqConfig.model_fields.get(name)
+        section = field.annotation if field is not None else None
+        if isinstance(values, dict) and isinstance(section, type) and issubclass(section, BaseModel):
+            fields = section.model_fields
+            spelled = {k for k in values if k in fields and _is_bool(fields[k].annotation)}
+            values = {k: _as_bool(v) if k in spelled else v for k, v in values.items()}
+        out[name] = values
+    return out
+
+
 def resolve_config(
     config_file: str | Path | None = None,
     flags: Mapping[str, Mapping[str, Any]] | None = None,
@@ -191,6 +223,8 @@ def _validation_message(
     for prefix in ("Value error, ", "Assertion failed, "):
         if msg.startswith(prefix):
             msg = msg[len(prefix) :]
+    if msg == "Input should be a valid boolean":
+        msg = "must be true or false"
     got = repr(value)
     if len(got) > 60:
         got = got[:57] + "..."

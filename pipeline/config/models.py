@@ -5,14 +5,20 @@ so a typo is an error, never silently ignored."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
 from ..engines.speculation import EMBEDDED_METHODS, LMDEPLOY_METHODS, MAX_DRAFT_TOKENS
 
 SPECULATIVE_METHODS = (*LMDEPLOY_METHODS, *EMBEDDED_METHODS)
 Method = Literal["dflash", "eagle3", "eagle", "qwen3_5_mtp", "deepseek_mtp", "hy3_mtp", "draft"]
+
+
+# A setting that is on or off takes a boolean and nothing else: TOML's true/false, or an INI or environment
+# value of true/false/yes/no/on/off (the loader reads those as booleans); a TOML string "yes" is refused, as
+# "maybe" is, rather than taken for true because pydantic would coerce it.
+Bool = Annotated[bool, Strict()]
 
 
 class Section(BaseModel):
@@ -36,7 +42,7 @@ class ModelSection(Section):
         alias="num_draft_tokens",
         description="draft tokens per step; 0 = no speculation",
     )
-    trust_remote_code: bool = False
+    trust_remote_code: Bool = False
 
 
 class EngineSection(Section):
@@ -46,7 +52,7 @@ class EngineSection(Section):
     port: int | None = Field(None, ge=1, le=65535, description="default: a free port")
     max_batch_size: int = Field(1, ge=1)
     cache_max_entry_count: float = Field(0.8, gt=0, le=1)
-    enable_prefix_caching: bool = False
+    enable_prefix_caching: Bool = False
     session_len: int | None = Field(None, ge=64)
     max_prefill_token_num: int | None = Field(
         None, ge=64, description="LMDeploy --max-prefill-token-num; default: plan.max_prefill_token_num"
@@ -57,8 +63,8 @@ class EngineSection(Section):
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
-    eager_mode: bool = False
-    step_patch: bool = Field(
+    eager_mode: Bool = False
+    step_patch: Bool = Field(
         False,
         description="LMDeploy PyTorch engine: apply specq's spec-step patch (less host work a speculative "
         "step; lmdeploy 0.18.0 only; docs/step-cost.md)",
@@ -102,8 +108,8 @@ class QuantizeSection(Section):
     method: Literal["gptq", "awq"] | None = None
     bits: Literal[2, 3, 4, 8] = 4
     group_size: int = Field(128, description="columns per quantization group; -1: one group per row")
-    sym: bool | None = None
-    desc_act: bool = False
+    sym: Bool | None = None
+    desc_act: Bool = False
     calib: str | None = None
     text_field: str = "text"
     samples: int = Field(128, ge=1)
@@ -112,11 +118,11 @@ class QuantizeSection(Section):
     backend: str | None = None
     device: Literal["auto", "cpu", "cuda"] = "auto"
     out: str | None = None
-    turbomind_check: bool = True
+    turbomind_check: Bool = True
     target: Literal["speculative", "plain"] = Field("speculative", alias="for")
-    evaluate: bool = Field(True, description="perplexity and logits cosine of original vs quantized")
+    evaluate: Bool = Field(True, description="perplexity and logits cosine of original vs quantized")
     eval_samples: int = Field(8, ge=1, description="held-out samples of seqlen tokens for perplexity")
-    repack: bool = Field(True, description="GPTQ for speculative use: repack it to AWQ (lossless)")
+    repack: Bool = Field(True, description="GPTQ for speculative use: repack it to AWQ (lossless)")
     target_model: str | None = Field(
         None, description="quantizing a drafter: the target whose hidden states calibrate it (else RTN)"
     )
@@ -143,7 +149,7 @@ class ConvertSection(Section):
     out: str | None = Field(
         None, description="output directory for `to`/`dtype`; default MODEL-awq / MODEL-fp16"
     )
-    engine_check: bool = Field(
+    engine_check: Bool = Field(
         False, description="also run LMDeploy's own TurboMind checks (needs _turbomind)"
     )
 
@@ -222,7 +228,7 @@ class BenchSection(Section):
     draft_tokens: list[int] | None = Field(
         None, description="default: 3..6, or up to block_size - 1 for a DFlash drafter"
     )
-    baseline: bool = True
+    baseline: Bool = True
     baseline_engine: list[BaselineEngine] = Field(
         default_factory=lambda: ["same"],  # type: ignore[arg-type]
         description="engine(s) for the k = 0 baseline run(s)",
@@ -258,7 +264,7 @@ class BenchSection(Section):
         "is a near-tie, else a mismatch (docs/bench.md)",
     )  # fmt: skip
     seed: int = 0
-    ignore_eos: bool = False
+    ignore_eos: Bool = False
     mode: Literal["chat", "completion"] = "chat"
     tokenizer: str | None = Field(
         None, description="local tokenizer for the per-chunk recount; default: MODEL"
@@ -371,7 +377,7 @@ class DraftSection(Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
     seed: int = 0
-    self_distill: bool = True
+    self_distill: Bool = True
     threads: int | None = Field(None, ge=1, description="CPU threads for training; default: torch's")
     target_layer_ids: list[int] | None = Field(None, description="default: LMDeploy's convention")
     mask_token_id: int | None = Field(None, ge=0, description="default: the highest id unused in the data")

@@ -110,7 +110,7 @@ def cast_drafter(
             raise InputError(f"{ckpt.path}: cannot cast to float16: {bad[0]}")
     st = TARGET[dtype]
     cast = copied = under = 0
-    with atomic_dir(Path(out), overwrite=overwrite) as tmp:
+    with atomic_dir(Path(out), overwrite=overwrite, progress=progress) as tmp:
         for f in files:
             tensors, meta = read_tensors(f)
             items = []

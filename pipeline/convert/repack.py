@@ -138,7 +138,7 @@ def repack_gptq_to_awq(
         raise InputError(f"{src.path}: cannot run as float16 AWQ: {too_big[0]}")
     out = Path(out)
     linears = copied = 0
-    with atomic_dir(out, overwrite=overwrite) as tmp:
+    with atomic_dir(out, overwrite=overwrite, progress=progress) as tmp:
         weight_map: dict[str, str] = {}
         # All shards memory-mapped at once (nothing is read yet), so that a linear whose qweight, qzeros and
         # scales sit in different shards still repacks; its output goes to the shard holding its qweight.

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import Checkpoint
+from ..checkpoint import Checkpoint, validate_checkpoint
 from ..hardware import module_present
-from .turbomind import tensor_problems
+from .turbomind import check_quantized_tensors, tensor_problems
 from .verdict import EngineVerdict
 
 # quant_method -> the Python package that runs it in the embedded engine
@@ -48,11 +48,12 @@ def embedded_verdict(target: Checkpoint) -> EngineVerdict:
 def load_quantized(path: Path, device: str) -> Any:
     """A quantized checkpoint as an eval-mode torch model on `device`: gptqmodel for GPTQ/AWQ (it runs both
     formats on CPU and CUDA; transformers itself would need optimum), transformers for the rest."""
-    cfg = json.loads((path / "config.json").read_text())
-    method = str((cfg.get("quantization_config") or {}).get("quant_method", "")).lower()
+    ckpt = validate_checkpoint(Checkpoint(path), tokenizer=False, role="quantized model")
+    check_quantized_tensors(ckpt, "quantized model")  # before the loader meets a missing tensor
+    method = ckpt.quantization.method if ckpt.quantization is not None else ""
     if LOADERS.get(method) == "gptqmodel":
         os.environ.setdefault("GPTQMODEL_CPU_WORKERS", str(min(2, os.cpu_count() or 1) or 1))
-        with stdout_to_stderr():  # gptqmodel prints its banner and kernel choices on stdout
+        with output_quieted():  # gptqmodel's banner and kernel choices
             from gptqmodel import GPTQModel
 
             with gptqmodel_text_only(path):
@@ -63,22 +64,34 @@ def load_quantized(path: Path, device: str) -> Any:
 
 
 @contextlib.contextmanager
-def stdout_to_stderr() -> Iterator[None]:
-    """Send what is written to stdout (Python's and fd 1, which native code and `print` share) to stderr
-    while active: stdout is a command's data (`--json`), and a library's log lines there corrupt it."""
+def output_quieted() -> Iterator[None]:
+    """While active, what is written to fd 1 and 2 (Python's streams, native code and `print` alike) goes to
+    a temporary file that is dropped afterwards. gptqmodel prints a banner of some 25 lines and its kernel
+    choices while it loads: on stdout they corrupt a command's data (`--json`), on stderr they bury its
+    progress and its one error line. What went wrong is the exception's to say, not the banner's."""
     import sys
+    import tempfile
 
     sys.stdout.flush()
-    saved_fd, saved = os.dup(1), sys.stdout
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stdout = saved
-        os.dup2(saved_fd, 1)
-        os.close(saved_fd)
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as sink:
+        saved_fds = [(fd, os.dup(fd)) for fd in (1, 2)]
+        saved = sys.stdout, sys.stderr
+        text = open(sink.fileno(), "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+        for fd, _ in saved_fds:
+            os.dup2(sink.fileno(), fd)
+        sys.stdout = sys.stderr = text
+        try:
+            yield
+        finally:  # the user's streams first, whatever the sink's state (it may sit on a full disk)
+            with contextlib.suppress(OSError, ValueError):
+                text.flush()
+            sys.stdout, sys.stderr = saved
+            for fd, copy in saved_fds:
+                os.dup2(copy, fd)
+                os.close(copy)
+            with contextlib.suppress(OSError, ValueError):
+                text.close()
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ present."""
 from __future__ import annotations
 
 from ..checkpoint import Checkpoint, QuantInfo
+from ..errors import InputError
 from . import qwen35
 from .layout import QuantLinear, quantized_linears
 from .verdict import EngineVerdict
@@ -126,6 +127,17 @@ def tensor_problems(ckpt: Checkpoint, q: QuantInfo) -> tuple[list[QuantLinear], 
         return [], [f"quantization_config says {q.method}, but no quantized linear tensors were found"]
     problems = [p for lin in linears for p in lin.problems]
     return linears, problems
+
+
+def check_quantized_tensors(ckpt: Checkpoint, role: str = "target") -> None:
+    """Refuse (exit 2) a quantized checkpoint a quantized linear of which lacks a tensor its format needs,
+    or has one of the wrong dtype or shape: every loader fails on it (gptqmodel with a traceback and its
+    banner), so every command that loads or serves one asks first."""
+    q = ckpt.quantization
+    problems = tensor_problems(ckpt, q)[1] if q is not None else []
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise InputError(f"{role} {ckpt.path}: {problems[0]}{more}; the quantized checkpoint is damaged")
 
 
 def turbomind_verdict(ckpt: Checkpoint, max_reasons: int = 5) -> EngineVerdict:

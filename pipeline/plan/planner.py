@@ -623,24 +623,40 @@ def _single_gpu(plan: MemoryPlan, safety: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _cap_at_positions(plan: MemoryPlan, config: dict[str, Any]) -> None:
-    """A session cannot be longer than the model's positions, whatever memory allows: the recommended
-    session length stops at `max_position_embeddings` (the text config's, for a multimodal model)."""
+def model_positions(config: dict[str, Any]) -> int | None:
+    """The longest sequence the model's positions cover: `max_position_embeddings` (the text config's, for a
+    multimodal model), times a `rope_scaling` factor (YaRN and the like) over the original positions."""
     text = config.get("text_config") or config
     positions = text.get("max_position_embeddings") if isinstance(text, dict) else None
-    if not isinstance(positions, int) or positions <= 0:
+    if not isinstance(positions, int) or isinstance(positions, bool) or positions <= 0:
+        return None
+    scaling = text.get("rope_scaling") if isinstance(text, dict) else None
+    factor = scaling.get("factor") if isinstance(scaling, dict) else None
+    if isinstance(factor, int | float) and not isinstance(factor, bool) and factor > 1:
+        base = scaling.get("original_max_position_embeddings") if isinstance(scaling, dict) else None
+        base = base if isinstance(base, int) and not isinstance(base, bool) and base > 0 else positions
+        return max(positions, int(base * factor))
+    return positions
+
+
+def _cap_at_positions(plan: MemoryPlan, config: dict[str, Any]) -> None:
+    """A session cannot be longer than the model's positions, whatever memory allows: the recommended
+    session length stops at them, and a session asked for beyond them is refused (exit 2)."""
+    positions = model_positions(config)
+    if positions is None:
         return
     plan.max_position_embeddings = positions
+    if plan.session_len and plan.session_len > positions:
+        raise UsageError(
+            f"--session-len {plan.session_len} is longer than the model's {positions} positions "
+            f"(max_position_embeddings); pass --session-len {positions} or less"
+        )
     if plan.max_session_len > positions:
         plan.max_session_len_memory = plan.max_session_len
         plan.max_session_len = positions
         plan.notes.append(
             f"session length capped at the model's max_position_embeddings {positions} "
             f"(memory alone would allow {plan.max_session_len_memory})"
-        )
-    if plan.session_len and plan.session_len > positions:
-        plan.notes.append(
-            f"--session-len {plan.session_len} is beyond the model's max_position_embeddings {positions}"
         )
 
 

@@ -10,7 +10,6 @@ generation config, `specq-quantize.toml` (the resolved config) and `quant_report
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from ..config.models import QuantizeSection
 from ..engines.embedded import LOADERS
 from ..engines.turbomind import turbomind_problems
 from ..errors import EnvironmentMissing, InputError, UsageError
-from ..fsutil import atomic_dir, atomic_write_text, check_writable
+from ..fsutil import atomic_dir, atomic_write_text, check_writable, temporary_dir
 from ..hardware import pick_device
 from ..progress import Progress, null_progress
 from .backends import BACKENDS, REFUSED, Backend, BackendRunner, Job, architecture_refusal, resolve_backend
@@ -259,18 +258,12 @@ def quantize(cfg: QuantizeRequest, progress: Progress = null_progress) -> Quanti
         update={"method": method, "sym": sym, "backend": backend.name, "device": run.device}
     )
     runner = backend.load()
-    with atomic_dir(out) as tmp:
-        scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".work", dir=out.parent))
-        try:
-            t_quant, layers = run.quantize_into(tmp, scratch, runner, calib)
-            quality, t_eval = run.evaluate(tmp, scratch, calib)
-            result = run.result(tmp, calib.report, quality, layers=layers, t_quant=t_quant, t_eval=t_eval)
-            atomic_write_text(
-                tmp / CONFIG_FILE, config_to_toml(SpecqConfig(quantize=resolved), ("quantize",))
-            )
-            atomic_write_text(tmp / REPORT_FILE, result.model_dump_json(indent=2) + "\n")
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+    with atomic_dir(out, progress=progress) as tmp, temporary_dir(out, ".work") as scratch:
+        t_quant, layers = run.quantize_into(tmp, scratch, runner, calib)
+        quality, t_eval = run.evaluate(tmp, scratch, calib)
+        result = run.result(tmp, calib.report, quality, layers=layers, t_quant=t_quant, t_eval=t_eval)
+        atomic_write_text(tmp / CONFIG_FILE, config_to_toml(SpecqConfig(quantize=resolved), ("quantize",)))
+        atomic_write_text(tmp / REPORT_FILE, result.model_dump_json(indent=2) + "\n")
     progress(f"wrote {out}")
     return result
 

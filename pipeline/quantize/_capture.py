@@ -58,26 +58,32 @@ def backend_output_to(log_path: Path) -> Iterator[OutputCapture]:
     sys.stdout.flush()
     sys.stderr.flush()
     cap = OutputCapture()
-    with (
-        open(log_path, "ab") as log,
-        open(log_path, "a", encoding="utf-8", errors="replace", buffering=1) as text,
-    ):
-        cap.log_fd, cap.text = log.fileno(), text
-        for fd in (1, 2):
-            try:
-                cap.saved.append((fd, os.dup(fd)))
-            except OSError:  # no such descriptor (embedded interpreters): nothing to redirect
-                pass
+    log = open(log_path, "ab")  # noqa: SIM115 - closed below, after the user's streams are back
+    text = open(log_path, "a", encoding="utf-8", errors="replace", buffering=1)  # noqa: SIM115
+    cap.log_fd, cap.text = log.fileno(), text
+    for fd in (1, 2):
         try:
-            cap._to_log()
-            yield cap
-        finally:
+            cap.saved.append((fd, os.dup(fd)))
+        except OSError:  # no such descriptor (embedded interpreters): nothing to redirect
+            pass
+    try:
+        cap._to_log()
+        yield cap
+    finally:
+        # The user's streams come back first, whatever the log's state. On a full disk the log's last
+        # flush fails with ENOSPC; raised before the restore (as it was), it left sys.stderr on the closed
+        # log, so the one error line was lost and the process exited 1 in silence. The log is a
+        # diagnostic: what it cannot hold is dropped, and the fault is reported by the write it hit first.
+        with contextlib.suppress(OSError, ValueError):
             text.flush()
-            cap._to_user()
-            for _, copy in cap.saved:
-                os.close(copy)
-            _rebind_log_handlers(text, sys.stderr)
-            cap.text = None
+        cap._to_user()
+        for _, copy in cap.saved:
+            os.close(copy)
+        _rebind_log_handlers(text, sys.stderr)
+        cap.text = None
+        for f in (text, log):
+            with contextlib.suppress(OSError, ValueError):
+                f.close()
 
 
 def _rebind_log_handlers(old: Any, new: Any) -> None:

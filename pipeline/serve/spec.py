@@ -20,6 +20,7 @@ from ..config.models import EngineSection, ModelSection, PlanSection, SpecqConfi
 from ..engines import ServerName
 from ..engines.parallel import tp_problems
 from ..engines.speculation import KIND_TO_METHOD, MTP_METHODS, check_draft
+from ..engines.turbomind import check_quantized_tensors
 from ..errors import EnvironmentMissing, UsageError
 from ..progress import Progress, null_progress
 from .process import free_port
@@ -225,6 +226,8 @@ def check_speculation(
         raise UsageError("no model to serve: pass MODEL or set model.model_path in the config")
     # weights present are checked here (dry run included); a config-only directory is refused at launch
     target = validate_checkpoint(Checkpoint(request.model_path), weights=False, role="target")
+    if target.has_weights:
+        check_quantized_tensors(target)  # a damaged 4-bit checkpoint: here, not in the server's log
     draft_tokens = request.draft_tokens
     draft = Checkpoint(request.draft_model_path) if request.draft_model_path and draft_tokens > 0 else None
     if draft is not None:

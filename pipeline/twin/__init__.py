@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .. import __version__
 from ..checkpoint import TWIN_KEY
 from ..errors import UsageError
-from ..fsutil import atomic_dir, check_writable
+from ..fsutil import atomic_dir, check_writable, remove_stale_temporaries, say_removed
 from ..progress import Progress, null_progress
 from . import spec
 from .spec import DrafterKind, Quant, Source, TensorSpec, read_source
@@ -167,12 +167,13 @@ def build_twin(request: TwinRequest, progress: Progress = null_progress) -> Twin
     t0 = time.monotonic()
     source = read_source(request.config)
     check_request(source, request)
-    target_specs = spec.target_tensors(source, request.quant)
     out = Path(request.out)
     if out.exists() and not request.force:
         raise UsageError(f"{out} already exists; choose another --out or pass --force")
-    check_writable(out, need_bytes=spec.total_bytes(target_specs))
     device = pick_device(request.device)
+    say_removed(out, remove_stale_temporaries(out), progress)  # a killed build's GiBs, before the space check
+    check_writable(out, need_bytes=spec.target_bytes(source, request.quant))  # before any tensor is listed
+    target_specs = spec.target_tensors(source, request.quant)
     created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     marker = twin_marker(source, request, created)
     tc = source.text

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -293,6 +294,26 @@ def target_tensors(source: Source, quant: Quant) -> list[TensorSpec]:
     if not tied:
         b.add("lm_head.weight", (vocab, h))
     return b.out
+
+
+def target_bytes(source: Source, quant: Quant) -> int:
+    """What `target_tensors` adds up to, from the config alone: the tensors outside the layers once, and one
+    layer of each kind times how many the model has. A config of a million layers is sized (and refused for
+    its size) in milliseconds, before a list of tens of millions of tensors is built."""
+    config = json.loads(json.dumps(source.config))
+    text = config["text_config"] if isinstance(config.get("text_config"), dict) else config
+    kinds = Counter(layer_types(source.text))
+    text["num_hidden_layers"], text["layer_types"] = 0, []
+    total = total_bytes(target_tensors(Source(config, source.path, source.sha256), quant))
+    p = "model.language_model.layers.0" if source.family == "qwen3_5" else "model.layers.0"
+    for kind, count in kinds.items():
+        b = _Builder(quant)
+        if kind == "linear_attention" and source.family == "qwen3_5":
+            _linear_attn_layer(b, p, source.text)
+        else:
+            _dense_layer(b, p, source.text, source.family)
+        total += count * total_bytes(b.out)
+    return total
 
 
 def quantization_config(source: Source) -> dict[str, Any]:

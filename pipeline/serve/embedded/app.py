@@ -194,9 +194,12 @@ class _Server:
         true` with `top_logprobs` (0..20), a completion's `logprobs` (0..5, OpenAI's limits)."""
         asked = body.get("logprobs")
         if chat:
+            if asked is not None and not isinstance(asked, bool):  # "yes" is not true: booleans are booleans
+                raise _Rejected(400, f"'logprobs' must be true or false, not {asked!r}"[:200])
             if not asked:
                 return None
-            n, limit, name = body.get("top_logprobs") or 0, 20, "top_logprobs"
+            top = body.get("top_logprobs")
+            n, limit, name = 0 if top is None else top, 20, "top_logprobs"
         else:
             if asked is None or asked is False:
                 return None

@@ -47,47 +47,69 @@ def factory(request, run_dir, progress):
     return SyntheticEngine(request, run_dir, progress, *SERVER)
 
 
+# Every speedup below is the ratio of two real-time runs (the baseline's and k = 3's, measured seconds apart),
+# so no assertion rests on how close a measured ratio comes to a number: the load may change between the
+# runs. What is checked is (a) arithmetic on the report's own figures, exact; (b) each run against its own
+# server's counters over the same requests (one run, two ends of one interval); (c) effects of the schedule
+# too large for any machine's jitter to hide: the decode-rate figure is nearer the schedule's 4.0x than the
+# end-to-end 2.5x, the end-to-end one nearer 2.5x (to cross the midpoint, every speculative request's 80 ms
+# decode would have to read ~19 ms longer than the baseline's, or every baseline request 120 ms longer end
+# to end, where the absolute schedule leaves only the last chunk's delay); (d) gate verdicts against bars
+# taken from the report.
+MIDPOINT = (MODELLED_DECODE_SPEEDUP + E2E_PREDICTED) / 2  # 3.25
+
+
+def _gate(report, basis: str, bar: float) -> bool:
+    (gate,) = evaluate_gates(report, min_speedup=bar)
+    assert gate.basis == f"lowest {basis} speedup over the trials", gate.reason
+    return gate.passed
+
+
 def test_the_headline_is_the_decode_rate_speedup_with_the_end_to_end_figure_beside_it(tmp_path):
     assert MODELLED_DECODE_SPEEDUP == pytest.approx(4.0)
-    report = run_bench(BenchRequest.from_config(config(tmp_path, min_speedup=3.0)), engine_factory=factory)
+    # min_speedup 1.0, a quarter of the schedule's decode speedup: the configured gate passes on any machine
+    report = run_bench(BenchRequest.from_config(config(tmp_path, min_speedup=1.0)), engine_factory=factory)
     base, spec = report.runs
     assert report.speedup_basis == "decode"
     for run in (base, spec):
         assert run.flags == [] and run.consistency is not None and run.consistency.consistent, run.flags
         assert len(run.trials) == 3 and all(t.decode_tokens_per_s for t in run.trials)
         assert run.decode_throughput.median == run.aggregate.decode_rate_tokens_per_s
-        # the client decode rate leaves the first token out, as the server's counters do: they agree (the
-        # client's interval also holds the stream's tail after the last token, 1-2 ms)
+        # the client decode rate leaves the first token out, as the server's counters do: over the same
+        # requests they agree (the client's interval also holds the stream's tail after the last token)
         assert abs(run.consistency.decode_rel_diff or 1) < 0.10, run.consistency
-    # the decode-rate speedup is the schedule's, and it is the headline's figure
-    assert spec.decode_rate_speedup == pytest.approx(MODELLED_DECODE_SPEEDUP, rel=0.05)
+    # the decode-rate speedup is the ratio of the two runs' client decode rates, and the headline's figure
+    rate_b, rate_s = base.aggregate.decode_rate_tokens_per_s, spec.aggregate.decode_rate_tokens_per_s
+    assert rate_b and rate_s and spec.decode_rate_speedup == pytest.approx(rate_s / rate_b, rel=1e-9)
     assert spec.speedup == spec.decode_rate_speedup and spec.speedup_low == spec.decode_rate_speedup_low
     assert spec.speedup_low is not None and spec.speedup_high is not None
     assert spec.speedup_low <= spec.speedup <= spec.speedup_high
-    # within 5 % of the decode-rate speedup the server's own counters give (the H200 criterion of 2026-12-01)
-    assert spec.step_cost_source == "server" and spec.decode_speedup is not None
-    assert spec.speedup == pytest.approx(spec.decode_speedup, rel=0.05)
-    # end to end is lower by what TTFT predicts: each request takes its TTFT plus its decode time, 2.5x
-    # (a little less: the wall time also holds the client's own cost per request, which speculation does
-    # not shorten either — a new connection, 2-3 ms here, and the stream's tail)
-    # A busy machine adds to every request's client cost, so the lower bounds are wide (a shared 2-core
-    # machine read 2.09x against the 2.5x, 2026-12-02): 10x what a quiet one loses. The upper bounds are
-    # causal: the server never sends the first token before its TTFT, and client costs only add time.
+    # the server's counters give the schedule's decode speedup exactly (its decode time is the schedule's)
+    assert spec.step_cost_source == "server" and spec.decode_speedup == pytest.approx(MODELLED_DECODE_SPEEDUP)
+    # end to end is lower: each request takes its TTFT, which speculation does not shorten, plus its decode
     ttft_b, ttft_s = base.aggregate.ttft_s.p50, spec.aggregate.ttft_s.p50
-    assert TTFT <= ttft_b < TTFT + 0.060 and TTFT <= ttft_s < TTFT + 0.060  # a quiet machine: + 1-3 ms
-    assert 0.6 * E2E_PREDICTED < spec.e2e_speedup < 1.02 * E2E_PREDICTED  # a quiet machine: 0.9-0.95x
-    assert spec.e2e_speedup < 0.7 * spec.speedup
+    assert ttft_b >= TTFT and ttft_s >= TTFT  # causal: the server sends nothing before its TTFT
+    assert spec.e2e_speedup is not None and spec.e2e_speedup < MIDPOINT < spec.speedup, (
+        spec.e2e_speedup,
+        spec,
+    )
     h = report.headline
     assert h is not None and h.reliable and h.basis == "decode" and h.speedup == spec.speedup
     assert h.e2e_speedup == spec.e2e_speedup and h.ttft_p50_s == ttft_s
     assert h.text.startswith(f"headline: k={K}@c1 decode-rate speedup {spec.speedup:.2f}x over baseline")
     assert "(TTFT excluded; median of 3/3 steady trials, range " in h.text
     assert f"; end to end {spec.e2e_speedup:.2f}x incl. TTFT p50 {ttft_s * 1000:.0f} ms" in h.text
-    # the gate used the decode-rate speedup's conservative end: 3.0x passes (end to end would not)
+    # the gates use the decode-rate speedup's conservative end: exactly it passes, a hair above it fails
     gate = report.gates[0]
     assert gate.passed and gate.basis == "lowest decode-rate speedup over the trials", gate.reason
-    # ... and fails, exit 3, when the decode rate does not reach the bar
-    report.gates = evaluate_gates(report, min_speedup=5.0)
+    assert _gate(report, "decode-rate", spec.speedup_low) and not _gate(
+        report, "decode-rate", spec.speedup_low * 1.001
+    )
+    # a bar between the end-to-end and decode-rate figures passes here (it would fail end to end: next test)
+    assert spec.e2e_speedup_low is not None and spec.e2e_speedup_low < spec.speedup_low
+    assert _gate(report, "decode-rate", (spec.e2e_speedup_low + spec.speedup_low) / 2)
+    # ... and a failed gate exits 3
+    report.gates = evaluate_gates(report, min_speedup=spec.speedup_low * 1.001)
     with pytest.raises(GateFailed, match="best decode-rate speedup") as e:
         enforce_gates(report)
     assert e.value.exit_code == 3
@@ -102,22 +124,24 @@ def test_the_headline_is_the_decode_rate_speedup_with_the_end_to_end_figure_besi
 
 
 def test_headline_e2e_switches_the_headline_and_the_gates(tmp_path):
-    cfg = config(tmp_path, headline="e2e", min_speedup=3.0, trials=2)
+    cfg = config(tmp_path, headline="e2e", min_speedup=1.0, trials=2)
     report = run_bench(BenchRequest.from_config(cfg), engine_factory=factory)
     _, spec = report.runs
     assert report.speedup_basis == "e2e" and spec.speedup == spec.e2e_speedup
-    assert spec.decode_rate_speedup == pytest.approx(MODELLED_DECODE_SPEEDUP, rel=0.05)  # still reported
-    assert 0.6 * E2E_PREDICTED < spec.speedup < 1.02 * E2E_PREDICTED  # as above: wide below, causal above
+    assert spec.decode_rate_speedup is not None and spec.speedup < MIDPOINT < spec.decode_rate_speedup  # both
     h = report.headline
     assert h is not None and h.basis == "e2e" and h.speedup == spec.e2e_speedup
     assert h.text.startswith(f"headline: k={K}@c1 end-to-end speedup {spec.speedup:.2f}x over baseline")
     ttft_ms = spec.aggregate.ttft_s.p50 * 1000
-    assert TTFT * 1000 <= ttft_ms < TTFT * 1000 + 60
+    assert TTFT * 1000 <= ttft_ms
     assert f"(TTFT p50 {ttft_ms:.0f} ms included; median of 2/2 steady trials" in h.text
     assert f"; decode rate {spec.decode_rate_speedup:.2f}x" in h.text
-    # the same 3.0x bar the decode rate passed fails end to end: exit 3, the reason names the basis
-    gate = report.gates[0]
-    assert not gate.passed and gate.basis == "lowest end-to-end speedup over the trials"
+    # the bar between the two figures that the decode-rate basis passes fails end to end, and says so
+    assert report.gates[0].passed and report.gates[0].basis == "lowest end-to-end speedup over the trials"
+    assert spec.speedup_low == spec.e2e_speedup_low and spec.decode_rate_speedup_low is not None
+    bar = (spec.e2e_speedup_low + spec.decode_rate_speedup_low) / 2
+    assert not _gate(report, "end-to-end", bar)
+    report.gates = evaluate_gates(report, min_speedup=bar)
     with pytest.raises(GateFailed, match=r"min_speedup: best end-to-end speedup \d\.\d{3}x") as e:
         enforce_gates(report)
     assert e.value.exit_code == 3

@@ -30,7 +30,8 @@ TTFT, STEP = 0.002, 0.004
 # runs 5x slower: a 20 ms step, next to which a busy 2-core machine's per-chunk jitter (a few ms, which read a
 # client decode rate 14 % off a 4 ms step, 2026-12-02) stays about ten times below the 5-15 % tolerances.
 WARM_TTFT, WARM_STEP = 5 * TTFT, 5 * STEP
-JIT = ["--jit-requests", "3", "--jit-s", "1.5"]  # requests 1-3 after start pay 1.5, 1.0, 0.5 s of compile
+JIT_REQUESTS, JIT_FIRST_S = 3, 1.5
+JIT = ["--jit-requests", str(JIT_REQUESTS), "--jit-s", str(JIT_FIRST_S)]  # requests 1-3 pay 1.5, 1.0, 0.5 s
 
 
 # The repetition tests are about outputs, not timing: warm-up and consistency tolerances 10x the defaults'
@@ -58,30 +59,15 @@ def warm_factory(request, run_dir, progress):
     return SyntheticEngine(request, run_dir, progress, "--step-s", str(WARM_STEP), "--ttft-s", str(WARM_TTFT))
 
 
-def schedule_e2e(k: int) -> float:
-    """One request's time on the synthetic server's schedule once it is warm."""
-    return WARM_TTFT + (len(plan_chunks(k, MAX_TOKENS, PATTERN, 1)) - 1) * WARM_STEP
+# Neither JIT test compares its speedup with another run's (a module fixture measured a warm server once and
+# both compared with it: two real-time runs, seconds apart, whose load may differ). Whether the measured
+# requests paid a compile is read off the structure instead (which requests the warm-up sent) and off causal
+# bounds (a request that paid one waited at least that long for its first token); the detectors' verdicts
+# rest on effects several times their tolerances: the first warm-up pass pays 3 s of compiles on a 2.8 s
+# pass, a contaminated trial's output rate reads 35-55 % below what the server's decode rate implies.
 
 
-@pytest.fixture(scope="module")
-def warm_speedup(tmp_path_factory) -> float:
-    """The end-to-end speedup of the same schedule on a server that never compiles: what the warmed run's
-    must converge to (the schedule's own ratio less the client's per-request overhead: the SSE tail). The
-    compiles are paid before the first token, so the end-to-end figure is the one they contaminate."""
-    report = run_bench(
-        BenchRequest.from_config(config(tmp_path_factory.mktemp("warm"))), engine_factory=warm_factory
-    )
-    speedup = report.runs[1].e2e_speedup
-    # Client costs per request add to both runs' times and only lower the ratio, and the server is never
-    # ahead of its schedule: at most the schedule's ratio. Below, a busy machine's costs are large next to
-    # a 34 ms request (1.85x against the schedule's 2.47x with every core busy, 2026-12-02; a quiet machine
-    # loses 5-10 %), so the floor is only that speculation shows.
-    schedule = schedule_e2e(0) / schedule_e2e(4)
-    assert speedup is not None and 0.5 * schedule < speedup <= 1.02 * schedule, (speedup, schedule)
-    return speedup
-
-
-def test_jit_engine_warmed_to_steady_state_gives_the_warm_speedup(tmp_path, warm_speedup):
+def test_jit_engine_warmed_to_steady_state_gives_the_warm_speedup(tmp_path):
     # A consistency tolerance 5x the default's 10 %, over 10x what a quiet machine varies (1-3 %), so a busy
     # machine's jitter does not call a trial inconsistent (a shared 2-core machine read a client decode
     # rate 14 % below the server's, 2026-12-02). The warm-up tolerance is 10 % (the default 5 %): wider
@@ -94,26 +80,27 @@ def test_jit_engine_warmed_to_steady_state_gives_the_warm_speedup(tmp_path, warm
         assert w is not None and w.steady is True and w.requests_per_pass == 6
         # the first pass paid the compiles, so it cannot agree with the second: at least 3 passes
         assert w.passes >= 3 and w.rates[0] < w.rates[-1] * 0.9, w.rates
+        # every compile was paid inside the warm-up (the server's first 3 requests; it sent 18 or more), so
+        # no measured request waited for one: the warm speedup, whatever the machine's speed
+        assert w.passes * w.requests_per_pass >= JIT_REQUESTS
         assert len(run.trials) == 3 and all(t.steady for t in run.trials), run.flags
         assert run.flags == [] and run.consistency is not None and run.consistency.consistent
-    # within 15 %, 10x what two sweeps on a quiet machine differ (1-2 %): with every core busy they read 9 %
-    # apart (2026-12-02); the contamination a single warm-up request leaves is over 15 % (the next test)
-    assert spec.e2e_speedup == pytest.approx(warm_speedup, rel=0.15)
-    # the decode-rate speedup comes from the server's counters: exactly the schedule's steps per token
+    # the decode-rate speedup from the server's counters: exactly the schedule's steps per token
     steps = len(plan_chunks(4, MAX_TOKENS, PATTERN, 1)) - 1
     assert spec.step_cost_source == "server"
     assert spec.decode_speedup == pytest.approx((MAX_TOKENS - 1) / steps, rel=1e-6)
     assert spec.speedup_low is not None and spec.speedup_high is not None
     assert spec.speedup_low <= spec.speedup <= spec.speedup_high
-    # the headline is the client decode rate's: the schedule's steps per token as well
-    assert spec.speedup == spec.decode_rate_speedup == pytest.approx(spec.decode_speedup, rel=0.05)
+    # the headline is the client decode rate's: the ratio of two runs' rates, so not held to a number
+    assert spec.speedup == spec.decode_rate_speedup
     h = report.headline
     assert h is not None and h.reliable and h.run == "k=4@c1" and h.trials == 3 and h.steady_trials == 3
     assert "median of 3/3 steady trials" in h.text and "NOT RELIABLE" not in h.text
-    # step cost = τ / decode-rate speedup; on this schedule one verify step costs one plain step
+    # step cost = τ / decode-rate speedup, both from the counters; on this schedule a verify step costs
+    # exactly one plain step
     assert spec.acceptance is not None and spec.acceptance.acceptance_length is not None
     assert spec.step_cost_ratio == pytest.approx(spec.acceptance.acceptance_length / spec.decode_speedup)
-    assert spec.step_cost_ratio == pytest.approx(WARM_STEP / WARM_STEP, rel=0.05)
+    assert spec.step_cost_ratio == pytest.approx(WARM_STEP / WARM_STEP, rel=1e-6)
     table = render(report, "table")
     assert h.text in table and "step cost" in table
     md = (tmp_path / "out" / "summary.md").read_text()
@@ -121,18 +108,22 @@ def test_jit_engine_warmed_to_steady_state_gives_the_warm_speedup(tmp_path, warm
     assert "step_cost_ratio" in (tmp_path / "out" / "runs.csv").read_text().splitlines()[0]
 
 
-def test_old_single_warmup_request_is_flagged_and_the_headline_says_so(tmp_path, warm_speedup):
+def test_old_single_warmup_request_is_flagged_and_the_headline_says_so(tmp_path):
     # what `--warmup 1` did before: one request, no steady-state check, one trial
     cfg = config(tmp_path, warmup=1, warmup_passes=1, trials=1)
     report = run_bench(BenchRequest.from_config(cfg), engine_factory=jit_factory)
     base, spec = report.runs
-    assert spec.e2e_speedup is not None and abs(spec.e2e_speedup / warm_speedup - 1) > 0.15  # contaminated
     for run in (base, spec):
         assert run.warmup is not None and run.warmup.passes == 1 and run.warmup.steady is None
+        # the warm-up took the server's first request only: the 2nd and 3rd, measured, paid 1.0 s and 0.5 s
+        # of compile before their first token (causal: the server sleeps that long), so the trial is
+        # contaminated
+        ttfts = sorted((r.ttft_s or 0.0 for r in run.requests), reverse=True)
+        assert ttfts[0] >= JIT_FIRST_S * 2 / 3 and ttfts[1] >= JIT_FIRST_S / 3, ttfts
         c = run.consistency
         # two measured requests paid a compile: the client's output rate is far below what the server's
-        # decode rate implies, while the decode rates themselves agree (within 50 %, 10x what a quiet
-        # machine reads: with every core busy the client's decode rate read 14 % low, 2026-12-02)
+        # decode rate implies (35-55 % here), while the decode rates themselves agree (within 50 %, 10x what
+        # a quiet machine reads: with every core busy the client's decode rate read 14 % low, 2026-12-02)
         assert c is not None and c.consistent is False and c.output_rel_diff is not None
         assert c.output_rel_diff < -0.10 and abs(c.decode_rel_diff or 0) < 0.50
         assert any(f.startswith("inconsistent:") for f in run.flags), run.flags
@@ -186,8 +177,11 @@ def test_a_model_that_loops_on_some_prompts_gets_a_note_not_a_flag(tmp_path):
 
 
 def test_an_engine_that_never_settles_is_marked_unsteady(tmp_path):
-    proc, url = start_server("--k", "0", "--step-s", "0.002", "--ttft-s", "0.002", "--jit-requests", "20",
-                             "--jit-s", "0.1")  # fmt: skip
+    # The compiles decay over 20 requests: the three 4-request passes take about 1.5, 1.2 and 1.0 s, most of
+    # it the server's sleeps, so consecutive passes differ by 19-24 % against the 5 % tolerance (a pass would
+    # have to lose ~0.2 s to jitter for two of them to agree).
+    proc, url = start_server("--k", "0", "--step-s", "0.004", "--ttft-s", "0.002", "--jit-requests", "20",
+                             "--jit-s", "0.4")  # fmt: skip
     try:
         cfg = config(tmp_path, url=url, draft_tokens=None, requests=4, warmup_passes=3)
         report = run_bench(BenchRequest.from_config(cfg))

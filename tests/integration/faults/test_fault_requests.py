@@ -145,6 +145,14 @@ BAD_REQUESTS = {
     "min_tokens above max": ("/v1/completions", {"prompt": "x", "max_tokens": 4, "min_tokens": 9}, "[0, 4]"),
     "presence_penalty 3": ("/v1/completions", {"prompt": "def", "presence_penalty": 3}, "[-2, 2]"),
     "n 2": ("/v1/completions", {"prompt": "def", "n": 2}, "n > 1"),
+    # booleans are booleans: "yes" is not true
+    "chat logprobs a string": ("/v1/chat/completions", {"messages": M, "logprobs": "yes"}, "must be true"),
+    "chat logprobs a number": ("/v1/chat/completions", {"messages": M, "logprobs": 1}, "must be true"),
+    "top_logprobs a boolean": (
+        "/v1/chat/completions", {"messages": M, "logprobs": True, "top_logprobs": False}, "'top_logprobs'"
+    ),
+    "completion logprobs a string": ("/v1/completions", {"prompt": "def", "logprobs": "yes"}, "'logprobs'"),
+    "return_token_ids a string": ("/v1/completions", {"prompt": "def", "return_token_ids": "yes"}, "boolean"),
 }  # fmt: skip
 
 

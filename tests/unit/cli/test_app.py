@@ -174,3 +174,51 @@ def test_shared_options_have_one_declaration() -> None:
     ((flags, _, name),) = found["--draft-tokens"]
     assert "-k" in flags and name == "draft_tokens"
     assert [name for (_, _, name) in found["--json"]] == ["as_json"]
+
+
+def test_the_error_map_is_keyed_by_type_and_errno_not_by_message_text() -> None:
+    """One table (cli/app.py ERRORS, OS faults by errno from pipeline/errors.py OS_FAULTS): a full disk is
+    ENOSPC wherever it comes from; words that merely say so in a message decide nothing."""
+    import errno
+
+    from specq.cli.app import ERRORS, error_line
+    from specq.pipeline.errors import GateFailed
+
+    assert error_line(GateFailed("gate failed: x")) == ("gate failed: x", 3)
+    line, code = error_line(OSError(errno.ENOSPC, "No space left on device", "/data/q"))
+    assert code == 4 and line.startswith("/data/q: no space left on the device; free some space")
+    assert error_line(PermissionError(errno.EACCES, "Permission denied", "/x"))[1] == 2
+    assert error_line(OSError(errno.EROFS, "Read-only file system"))[1] == 2
+    # a backend's own exception raised from (or while handling) the OSError: judged by its errno
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as inner:
+            raise RuntimeError("PytorchStreamWriter failed writing file") from inner
+    except RuntimeError as wrapped:
+        assert error_line(wrapped)[1] == 4
+    # the message text alone is not an errno: a bug stays a bug (exit 1), whatever it says
+    line, code = error_line(RuntimeError("No space left on device"))
+    assert code == 1 and line.startswith("unexpected error: RuntimeError")
+    assert error_line(OSError(errno.EIO, "Input/output error"))[1] == 1  # not a user's fault: a bug
+    assert [kind for kind, _ in ERRORS][:2] == [GateFailed.__mro__[1], OSError]  # SpecqError first
+
+
+def test_the_rust_io_error_of_safetensors_is_judged_by_its_errno(tmp_path: Path) -> None:
+    """safetensors states an I/O failure's errno only as `(os error N)`: N decides, through OS_FAULTS."""
+    torch = pytest.importorskip("torch")
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    from specq.cli.app import error_line
+
+    try:  # a directory where the file goes: EISDIR from the Rust writer
+        safetensors_torch.save_file({"a": torch.zeros(2)}, str(tmp_path))
+    except Exception as e:
+        line, code = error_line(e)
+    assert code == 2 and "is a directory where a file was expected" in line and "SafetensorError" in line
+
+
+def test_the_cli_imports_no_private_typer_module() -> None:
+    """Usage errors are caught as `typer.TyperException`, Typer's public base, not through typer._click."""
+    import specq.cli.app as app_module
+
+    assert "typer._click" not in Path(app_module.__file__).read_text()
