@@ -145,7 +145,8 @@ class StepCostCurve(BaseModel):
 # The 27B-AWQ points were measured again on 2026-12-04 with specq's W4A16 kernel (commit 54974bb,
 # `benchmarks/w4a16_e2e.py`; docs/w4a16.md), the default for 4-bit linears since: plain 80.5 tok/s, DFlash
 # k = 7 / 15 at 57.7 / 48.5 tok/s (τ 1.00). With LMDeploy's Triton kernel (3acbfe7) they had been 1.14 /
-# 1.20 / 1.36 at k = 3 / 7 / 15 over a plain 45.6 tok/s: a slow plain step made the speculative one look cheap.
+# 1.20 / 1.36 at k = 3 / 7 / 15 over a plain 45.6 tok/s: a slow plain step made the speculative one look
+# cheap.
 STEP_COST_CURVE = StepCostCurve(
     hardware="NVIDIA H200",
     engine="LMDeploy 0.18 PyTorch engine, CUDA graphs",
