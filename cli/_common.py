@@ -39,11 +39,6 @@ def note(msg: str) -> None:
     info(Text.assemble(("note", "yellow"), f": {printable(msg, newlines=True)}"))
 
 
-def debug(msg: str) -> None:
-    if State.verbose and not State.quiet:
-        err.print(printable(msg, newlines=True), style="dim", highlight=False)
-
-
 def progress(msg: str) -> None:
     """The progress callback handed to pipeline functions."""
     info(Text.assemble(("•", "cyan"), f" {printable(msg, newlines=True)}"))

@@ -8,6 +8,7 @@ import json
 import math
 import re
 import struct
+from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -157,6 +158,43 @@ def twin_note(role: str, path: str, marker: dict[str, Any]) -> str:
     )
 
 
+# ---- facts read off a config.json, defined once --------------------------------------------------------
+# `text` is the language model's part of a config (`Checkpoint.text_config`); `config` a whole config.json.
+
+DEFAULT_ROPE_THETA = 10000.0
+
+
+def head_dim(text: Mapping[str, Any]) -> int:
+    """The width of one attention head: `head_dim`, else hidden_size / num_attention_heads (the Hugging Face
+    default). KeyError, TypeError or ZeroDivisionError when the config has neither."""
+    return int(text.get("head_dim") or int(text["hidden_size"]) // int(text["num_attention_heads"]))
+
+
+def kv_heads(text: Mapping[str, Any]) -> int:
+    """Key/value heads: `num_key_value_heads`, else one per attention head (no GQA)."""
+    return int(text.get("num_key_value_heads") or text["num_attention_heads"])
+
+
+def rope_theta(text: Mapping[str, Any]) -> float:
+    """The RoPE base: `rope_theta`, else transformers 5's `rope_parameters.rope_theta`, else 10000."""
+    theta = text.get("rope_theta") or (text.get("rope_parameters") or {}).get("rope_theta")
+    return float(theta or DEFAULT_ROPE_THETA)
+
+
+def dflash_fields(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A DFlash drafter's `dflash_config` (block_size, mask_token_id, target_layer_ids); {} when none."""
+    text = config.get("text_config") or {}
+    return dict(
+        config.get("dflash_config") or (text.get("dflash_config") if isinstance(text, dict) else None) or {}
+    )
+
+
+def dflash_block_size(config: Mapping[str, Any]) -> int | None:
+    """A DFlash drafter's block size (it drafts up to block_size - 1 tokens a step); None when unset."""
+    bs = dflash_fields(config).get("block_size")
+    return int(bs) if isinstance(bs, int) and not isinstance(bs, bool) else None
+
+
 class Checkpoint:
     """A model directory: config, tensors (from headers), quantization, and drafter kind."""
 
@@ -198,6 +236,18 @@ class Checkpoint:
     def text_config(self) -> dict[str, Any]:
         """The language-model part of the config (multimodal models nest it under `text_config`)."""
         return dict(self.config.get("text_config") or self.config)
+
+    @property
+    def head_dim(self) -> int:
+        return head_dim(self.text_config)
+
+    @property
+    def rope_theta(self) -> float:
+        return rope_theta(self.text_config)
+
+    @property
+    def dflash_block_size(self) -> int | None:
+        return dflash_block_size(self.config)
 
     @property
     def model_type(self) -> str:

@@ -44,10 +44,6 @@ def _nvml() -> Any | None:
     return pynvml
 
 
-def nvml_available() -> bool:
-    return _nvml() is not None
-
-
 def list_gpus() -> list[GpuInfo]:
     """Every NVIDIA GPU NVML sees; an empty list on machines without one."""
     nv = _nvml()

@@ -36,9 +36,9 @@ def write_config(path: Path, config: dict[str, Any]) -> Path:
 
 def toy_configs(root: Path, size: str = "small", dtype: str = "bfloat16") -> tuple[Path, Path, Path]:
     """(target, small draft model, DFlash drafter) directories of the toy pair of `size`, their config.json
-    written by the project's own writers (toy.models.qwen3_config, draft.export.drafter_config)."""
+    written by the project's own writers (toy.models.qwen3_config, draft.contract.dflash_config)."""
     from specq.pipeline.checkpoint import Checkpoint
-    from specq.pipeline.draft.export import drafter_config
+    from specq.pipeline.draft.contract import dflash_config
     from specq.pipeline.toy.models import SIZES, qwen3_config
 
     preset = SIZES[size]
@@ -49,8 +49,12 @@ def toy_configs(root: Path, size: str = "small", dtype: str = "bfloat16") -> tup
         paths.append(write_config(root / name, cfg))
     target = Checkpoint(paths[0])
     layers = int(target.text_config["num_hidden_layers"])
-    dflash = drafter_config(
-        target, layers=1, block_size=8, mask_token_id=preset.vocab_size - 1, target_layer_ids=[layers - 1]
+    dflash = dflash_config(
+        target.text_config,
+        layers=1,
+        block_size=8,
+        mask_token_id=preset.vocab_size - 1,
+        target_layer_ids=[layers - 1],
     )
     paths.append(write_config(root / "dflash", dflash))
     return paths[0], paths[1], paths[2]

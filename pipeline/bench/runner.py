@@ -468,10 +468,10 @@ def dflash_block_size(request: BenchRequest) -> int | None:
         draft = Checkpoint(path)
         if method is None and draft.draft_kind != "dflash":
             return None
-        bs = (draft.config.get("dflash_config") or {}).get("block_size")
+        bs = draft.dflash_block_size
     except Exception:  # an unreadable draft is the serve stage's to report, with its own message
         return None
-    return int(bs) if isinstance(bs, int) and bs >= 2 else None
+    return bs if bs is not None and bs >= 2 else None
 
 
 def default_draft_tokens(block_size: int | None) -> list[int]:

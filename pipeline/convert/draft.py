@@ -23,7 +23,7 @@ from .verdict import DraftReport
 
 def max_draft_tokens(draft: Checkpoint | None) -> int:
     if draft is not None and draft.draft_kind == "dflash":
-        return draft_tokens_limit(int((draft.config.get("dflash_config") or {}).get("block_size") or 0))
+        return draft_tokens_limit(draft.dflash_block_size or 0)
     return MAX_DRAFT_TOKENS
 
 

@@ -21,13 +21,14 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
+from .. import checkpoint
 from ..checkpoint import Checkpoint
 from ..errors import ConfigError, InputError
 
 ARCHITECTURE = "DFlashDraftModel"
 
-# Top-level config.json fields the export writes (the issue's contract); `target_hidden_size` is optional
-# for LMDeploy (it falls back to hidden_size) but always written by specq.
+# Top-level config.json fields a drafter carries, in the order `dflash_config()` writes them;
+# `target_hidden_size` is optional for LMDeploy (it falls back to hidden_size) but always written by specq.
 CONFIG_FIELDS = (
     "architectures",
     "model_type",
@@ -67,6 +68,48 @@ LAYER_TENSORS = (
     "input_layernorm.weight",
     "post_attention_layernorm.weight",
 )
+
+
+def dflash_config(
+    target: dict[str, Any],
+    *,
+    layers: int,
+    block_size: int,
+    mask_token_id: int,
+    target_layer_ids: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """A DFlash drafter's config.json for a target (`target`: its language-model config): the target's width
+    (the drafter shares its embeddings and lm_head) and attention shape, `layers` decoder layers, and the
+    DFlash fields; the target layers it reads default to LMDeploy's spacing (`default_target_layer_ids`).
+    `specq draft train` exports with it and `specq twin` builds its random drafters from it."""
+    heads = int(target["num_attention_heads"])
+    n_target = int(target["num_hidden_layers"])
+    ids = default_target_layer_ids(n_target, layers) if target_layer_ids is None else target_layer_ids
+    cfg: dict[str, Any] = {
+        "architectures": [ARCHITECTURE],
+        "model_type": "qwen3",
+        "hidden_size": int(target["hidden_size"]),
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": checkpoint.kv_heads(target),
+        "head_dim": checkpoint.head_dim(target),
+        "intermediate_size": int(target["intermediate_size"]),
+        "rms_norm_eps": float(target.get("rms_norm_eps") or 1e-6),
+        "rope_theta": checkpoint.rope_theta(target),
+        "max_position_embeddings": int(target.get("max_position_embeddings") or 4096),
+        "vocab_size": int(target["vocab_size"]),
+        "layer_types": ["full_attention"] * layers,
+        "use_sliding_window": False,
+        "num_target_layers": n_target,
+        "target_hidden_size": int(target["hidden_size"]),
+        "dflash_config": {
+            "block_size": block_size,
+            "mask_token_id": mask_token_id,
+            "target_layer_ids": list(ids),
+        },
+    }
+    assert tuple(cfg) == CONFIG_FIELDS
+    return cfg
 
 
 def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
@@ -183,7 +226,7 @@ def _bf16_tensors(config: dict[str, Any]) -> dict[str, list[int]]:
     h = int(config["hidden_size"])
     heads = int(config["num_attention_heads"])
     kv = int(config["num_key_value_heads"])
-    hd = int(config.get("head_dim") or h // heads)
+    hd = checkpoint.head_dim(config)
     inter = int(config["intermediate_size"])
     th = int(config.get("target_hidden_size") or h)
     n_ctx = len(config["dflash_config"]["target_layer_ids"])
@@ -349,7 +392,7 @@ def check_drafter(
     if problems:
         return problems
     problems += tensor_problems(draft)
-    bs = draft.config["dflash_config"]["block_size"]
+    bs = int(draft.dflash_block_size or 0)  # config_problems checked it
     if draft_tokens is not None and draft_tokens + 1 > bs:
         problems.append(
             f"num_draft_tokens: {draft_tokens} + 1 exceeds the drafter's block_size {bs} "
@@ -365,5 +408,5 @@ def validate_drafter(
     problems = check_drafter(draft, target, draft_tokens)
     if problems:
         raise InputError(f"{draft.path}: not a valid LMDeploy DFlash drafter: {problems[0]}")
-    k = draft_tokens if draft_tokens is not None else draft.config["dflash_config"]["block_size"] - 1
+    k = draft_tokens if draft_tokens is not None else int(draft.dflash_block_size or 0) - 1
     return lmdeploy_parse(draft.config, k, int(draft.config["num_target_layers"])) is not None

@@ -199,7 +199,7 @@ def load_drafter(draft: Checkpoint, device: str) -> tuple[Any, dict[str, Any]]:
         num_hidden_layers=c["num_hidden_layers"],
         num_attention_heads=c["num_attention_heads"],
         num_key_value_heads=c["num_key_value_heads"],
-        head_dim=c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
+        head_dim=draft.head_dim,
         intermediate_size=c["intermediate_size"],
         rms_norm_eps=c["rms_norm_eps"],
         rope_theta=c["rope_theta"],
@@ -279,7 +279,7 @@ def _evaluate(
     device = pick_device(cfg.device)
     target = Target(target_path, device, progress)
     drafter, c = load_drafter(draft, device)
-    bs = int(c["dflash_config"]["block_size"])
+    bs = int(draft.dflash_block_size or 0)  # validate_drafter checked it
     ids = list(c["dflash_config"]["target_layer_ids"])
     if served is not None:
         requests, new_tokens, workload = served

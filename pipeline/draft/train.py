@@ -189,8 +189,12 @@ def _prepare(
     )
     if not 0 <= mask_id < vocab:
         raise InputError(f"draft.mask_token_id: {mask_id} is not below the target's vocab_size {vocab}")
-    config = export.drafter_config(
-        target_ckpt, layers=cfg.layers, block_size=bs, mask_token_id=mask_id, target_layer_ids=layer_ids
+    config = contract.dflash_config(
+        target_ckpt.text_config,
+        layers=cfg.layers,
+        block_size=bs,
+        mask_token_id=mask_id,
+        target_layer_ids=layer_ids,
     )
     shape = DrafterShape(
         hidden_size=config["hidden_size"],

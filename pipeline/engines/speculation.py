@@ -180,11 +180,10 @@ def _dflash_problems(target: Checkpoint, draft: Checkpoint, draft_tokens: int) -
                 f"DFlash target_layer_ids {ids} include the target's last layer ({t_layers - 1}),"
                 " which LMDeploy feeds pre-norm and the drafter was trained on post-norm"
             )
-    block = dcfg.get("block_size")
-    if block is not None and draft_tokens + 1 > int(block):
+    block = draft.dflash_block_size
+    if block is not None and draft_tokens + 1 > block:
         problems.append(
-            f"DFlash block_size {block} allows at most {int(block) - 1} draft tokens, "
-            f"asked for {draft_tokens}"
+            f"DFlash block_size {block} allows at most {block - 1} draft tokens, asked for {draft_tokens}"
         )
     d_hidden = cfg.get("target_hidden_size") or _hidden(draft)
     if t_hidden is not None and d_hidden is not None and int(d_hidden) != t_hidden:

@@ -133,8 +133,7 @@ def _attention_shape(ckpt: Checkpoint) -> tuple[tuple[int, ...], bool, bool, lis
     else:
         types = set()
     try:
-        heads = int(tc["num_attention_heads"])
-        head_dim = int(tc.get("head_dim") or int(tc["hidden_size"]) // heads)
+        head_dim = ckpt.head_dim
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
         raise InputError(
             f"{ckpt.path}: config.json has no head_dim and no hidden_size/num_attention_heads to derive it"

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import checkpoint
 from ..checkpoint import QuantInfo
 from ..errors import InputError
 
@@ -111,10 +112,10 @@ def shape_from_config(config: dict[str, Any]) -> ModelShape:
         heads = int(tc["num_attention_heads"])
     except (KeyError, TypeError, ValueError) as e:
         raise InputError(f"config.json lacks {e} needed to plan memory") from None
-    kv_heads = int(tc.get("num_key_value_heads") or heads)
-    head_dim = int(tc.get("head_dim") or hidden // heads)
+    kv_heads = checkpoint.kv_heads(tc)
+    head_dim = checkpoint.head_dim(tc)
     kinds = _layer_kinds(tc, n_layers)
-    dflash = config.get("dflash_config") or tc.get("dflash_config")
+    dflash = checkpoint.dflash_fields(config)
     archs = config.get("architectures") or []
     is_dflash = bool(dflash) or "DFlashDraftModel" in archs
     vision = config.get("vision_config") if config.get("text_config") else None
@@ -138,8 +139,8 @@ def shape_from_config(config: dict[str, Any]) -> ModelShape:
         linear_v_heads=int(tc.get("linear_num_value_heads") or 0),
         mtp_layers=int(tc.get("mtp_num_hidden_layers") or tc.get("num_nextn_predict_layers") or 0),
         is_dflash=is_dflash,
-        dflash_context_layers=len((dflash or {}).get("target_layer_ids") or []),
-        dflash_block_size=(dflash or {}).get("block_size") or config.get("block_size"),
+        dflash_context_layers=len(dflash.get("target_layer_ids") or []),
+        dflash_block_size=checkpoint.dflash_block_size(config) or config.get("block_size"),
         target_hidden=config.get("target_hidden_size"),
         moe=bool(tc.get("num_experts") or tc.get("n_routed_experts") or tc.get("num_local_experts")),
         vision=dict(vision or {}),

@@ -143,7 +143,7 @@ def _quantize(
     data: list[dict[str, Any]] = []
     if target is not None:
         data, calib_report = _calibration_data(
-            cfg, target, layer_ids, int(dcfg["mask_token_id"]), int(dcfg["block_size"]), device, progress
+            cfg, target, layer_ids, int(dcfg["mask_token_id"]), draft.dflash_block_size or 0, device, progress
         )
     else:
         calib_report = _no_calibration(cfg)

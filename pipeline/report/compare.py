@@ -68,11 +68,6 @@ def compare(a: BenchReport, b: BenchReport) -> list[dict[str, Any]]:
     return rows
 
 
-def best_speculative(report: BenchReport) -> Run | None:
-    spec = [r for r in report.runs if not r.baseline and r.status == "ok" and r.speedup is not None]
-    return max(spec, key=lambda r: r.speedup or 0.0, default=None)
-
-
 def _trials(run: Run) -> int:
     return len(run.trials)
 

@@ -3,6 +3,7 @@ optional API keys (read from an environment variable or a file, never echoed).""
 
 from __future__ import annotations
 
+import abc
 import os
 import time
 from pathlib import Path
@@ -66,8 +67,9 @@ class ProcessEngine(Engine):
         self._launched: float | None = None  # time.monotonic() at the launch
 
     # -- what subclasses provide ------------------------------------------------------------------------
+    @abc.abstractmethod
     def argv(self, *, masked: bool) -> list[str]:
-        raise NotImplementedError
+        """The server's argument list (`masked`: API keys replaced, as `--dry-run` shows it)."""
 
     def child_env(self) -> dict[str, str]:
         return dict(os.environ)

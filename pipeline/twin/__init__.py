@@ -236,13 +236,15 @@ def _drafter(
     dtype = spec.drafter_dtype(request.quant, "linear_attention" in (text.get("layer_types") or []))
     dtype_name = {"F16": "float16", "BF16": "bfloat16"}[dtype]
     if kind == "dflash":
-        from ..draft.contract import DTYPE_FIELDS
+        from ..draft.contract import DTYPE_FIELDS, dflash_config
         from .tokenizer import special_tokens
 
         # the mask token: the last id the tokenizer does not reserve for a special token
         specials = special_tokens(source.config, int(source.text["vocab_size"]))
         mask = max(i for i in range(int(source.text["vocab_size"]) - 1, -1, -1) if i not in specials)
-        cfg = spec.dflash_config(source, request.draft_layers, request.block_size, mask)
+        cfg = dflash_config(
+            source.text, layers=request.draft_layers, block_size=request.block_size, mask_token_id=mask
+        )
         cfg.update(dict.fromkeys(DTYPE_FIELDS, dtype_name))
         tensors = spec.dflash_tensors(cfg, dtype)
         if quant == "awq":  # as `specq quantize DRAFTER --for speculative` writes it (quantize/drafter.py)

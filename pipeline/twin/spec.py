@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from .. import checkpoint
 from ..errors import InputError, UsageError
 
 Init = Literal["normal", "ones", "zeros", "a_log", "int4", "scales", "t2d", "d2t"]
@@ -118,10 +119,7 @@ def read_source(path: str | Path) -> Source:
 
 
 def _heads(tc: dict[str, Any]) -> tuple[int, int, int]:
-    heads = int(tc["num_attention_heads"])
-    kv = int(tc.get("num_key_value_heads") or heads)
-    head_dim = int(tc.get("head_dim") or tc["hidden_size"] // heads)
-    return heads, kv, head_dim
+    return int(tc["num_attention_heads"]), checkpoint.kv_heads(tc), checkpoint.head_dim(tc)
 
 
 class _Builder:
@@ -334,42 +332,6 @@ def quantization_config(source: Source) -> dict[str, Any]:
 # ---- drafters ----------------------------------------------------------------------------------------------
 
 
-def dflash_config(source: Source, layers: int, block_size: int, mask_token_id: int) -> dict[str, Any]:
-    """A DFlash drafter of the target's width in specq's checkpoint contract (pipeline/draft/contract.py),
-    the target layers it reads spaced as LMDeploy's default (`default_target_layer_ids`)."""
-    from ..draft.contract import CONFIG_FIELDS, default_target_layer_ids
-
-    tc = source.text
-    heads, kv, hd = _heads(tc)
-    rope = tc.get("rope_theta") or (tc.get("rope_parameters") or {}).get("rope_theta") or 10000.0
-    n_target = int(tc["num_hidden_layers"])
-    cfg: dict[str, Any] = {
-        "architectures": ["DFlashDraftModel"],
-        "model_type": "qwen3",
-        "hidden_size": int(tc["hidden_size"]),
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv,
-        "head_dim": hd,
-        "intermediate_size": int(tc["intermediate_size"]),
-        "rms_norm_eps": float(tc.get("rms_norm_eps") or 1e-6),
-        "rope_theta": float(rope),
-        "max_position_embeddings": int(tc.get("max_position_embeddings") or 4096),
-        "vocab_size": int(tc["vocab_size"]),
-        "layer_types": ["full_attention"] * layers,
-        "use_sliding_window": False,
-        "num_target_layers": n_target,
-        "target_hidden_size": int(tc["hidden_size"]),
-        "dflash_config": {
-            "block_size": block_size,
-            "mask_token_id": mask_token_id,
-            "target_layer_ids": default_target_layer_ids(n_target, layers),
-        },
-    }
-    assert tuple(cfg) == CONFIG_FIELDS
-    return cfg
-
-
 def dflash_tensors(cfg: dict[str, Any], dtype: str = "BF16") -> list[TensorSpec]:
     """The DFlash drafter's tensors (`layers.N.*`, `fc`, `hidden_norm`, `norm`: pipeline/draft/model.py)."""
     b = _Builder("bf16", dtype)
@@ -409,7 +371,6 @@ def eagle3_config(source: Source, draft_vocab: int) -> dict[str, Any]:
     hidden states, its own head over a `draft_vocab_size` vocabulary and the d2t / t2d maps."""
     tc = source.text
     heads, kv, hd = _heads(tc)
-    rope = tc.get("rope_theta") or (tc.get("rope_parameters") or {}).get("rope_theta") or 10000.0
     vocab = int(tc["vocab_size"])
     return {
         "architectures": ["LlamaForCausalLMEagle3"],
@@ -421,7 +382,7 @@ def eagle3_config(source: Source, draft_vocab: int) -> dict[str, Any]:
         "num_key_value_heads": kv,
         "head_dim": hd,
         "rms_norm_eps": float(tc.get("rms_norm_eps") or 1e-6),
-        "rope_theta": float(rope),
+        "rope_theta": checkpoint.rope_theta(tc),
         "max_position_embeddings": int(tc.get("max_position_embeddings") or 4096),
         "vocab_size": vocab,
         "draft_vocab_size": min(draft_vocab, vocab),
