@@ -1,4 +1,4 @@
-"""GPU drafter run (for the lead, on the H200): train a DFlash drafter for the `medium` toy target on CUDA
+"""GPU drafter run (an H200): train a DFlash drafter for the `medium` toy target on CUDA
 and print its offline acceptance (τ). LMDeploy cannot speculate on that machine (no FlashAttention-3), so
 the served speedup stays unmeasured; the printed speedups are the `specq.pipeline.speedup` prediction.
 

@@ -1,7 +1,7 @@
 """The Qwen3.5-shaped toy on an H200, run detached with a budget (docs/verification.md). On
 2026-12-01 21:48 UTC: FA3 129 s, drafter 91 s, the MTP bench 11 min for its 5 server starts (3 trials). At
 23:50 UTC: FA3 148 s, probe 167 s, eval 127 s, the DFlash bench 633 s with `--trials 2`; MTP did not fit
-after it. The 30 device minutes of one lent machine hold one bench: pick it with `--methods`.
+after it. Half an hour holds one bench: pick it with `--methods`.
 
     python benchmarks/gpu_check_qwen35.py --root ROOT --fa3-source DIR [--out gpu-check-qwen35]
         [--awq-target DIR] [--prompts FILE] [--drafter DIR] [--draft-tokens 3..6]

@@ -182,7 +182,7 @@ class ManagedProcess:
                 except subprocess.TimeoutExpired:
                     self._kill_group(signal.SIGKILL)
                     self.popen.wait(timeout=10)
-            # The leader is gone; make sure no grandchild of its group survives it.
+            # The group leader is gone; make sure no grandchild of its group survives it.
             self._kill_group(signal.SIGKILL)
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline and group_alive(self.popen.pid):

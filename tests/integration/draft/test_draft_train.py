@@ -1,5 +1,5 @@
-"""Train a DFlash drafter for the small toy target once per module (CI settings), then check what the
-issue asks: τ on held-out code, the LMDeploy checkpoint contract, the report, and `specq draft eval`.
+"""Train a DFlash drafter for the small toy target once per module (CI settings), then check what a
+drafter must show: τ on held-out code, the LMDeploy checkpoint contract, the report, and `specq draft eval`.
 The same default run is `benchmarks/draft_cpu.py`; figures in docs/performance.md."""
 
 from __future__ import annotations
