@@ -17,6 +17,8 @@ from rich.text import Text
 from specq.pipeline.config import SpecqConfig, resolve_config
 from specq.pipeline.printable import printable
 
+from ._fields import Given
+
 # Never read strings as rich markup: they carry paths and pip extras such as specq[quant]. Colour is given
 # explicitly (Text, style=) where it is wanted.
 out = Console(soft_wrap=True, markup=False)  # data
@@ -52,6 +54,12 @@ def typed(**options: Any) -> dict[str, Any]:
 
 def resolve(config: Path | None, **sections: dict[str, Any]) -> SpecqConfig:
     return resolve_config(config, flags={k: typed(**v) for k, v in sections.items()})
+
+
+def resolve_given(config: Path | None, given: Given, **sections: dict[str, Any]) -> SpecqConfig:
+    """The resolved config with the field options typed (`given`) and a command's own values (`sections`)
+    as the flags layer."""
+    return resolve_config(config, flags=given.sections(**{k: typed(**v) for k, v in sections.items()}))
 
 
 def emit_json(data: Any) -> None:

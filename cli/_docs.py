@@ -3,37 +3,21 @@
 
 from __future__ import annotations
 
-from enum import Enum
-from functools import cache
 from typing import Any
 
 import typer.main
 
+from ._fields import Flag, flags_of, packaged_defaults, shown
 from .app import app
 
-# Where a command's options land in the configuration, when the option's name is not the key's: the
-# default column shows the packaged default preset's value for them (flags typed win over it).
-SECTIONS = {"serve": ("model", "engine", "speculative"), "bench": ("bench", "model", "engine", "speculative")}
-KEYS = {
-    "timeout": "request_timeout_s", "served_model": "served_model_name",
-    "gpu_bandwidth": "gpu_bandwidth_gbps", "quant_backend": "backend", "out_dir": "out",
-}  # fmt: skip
+# Commands whose options are not made from fields yet: where their options land in the configuration.
+SECTIONS = {"serve": ("model", "engine", "speculative")}
+KEYS = {"quant_backend": "backend", "out_dir": "out"}
 
 
-@cache
-def _defaults() -> dict[str, dict[str, Any]]:
-    from specq.pipeline.config import resolve_config
-
-    cfg = resolve_config(None)
-    return {
-        name: section.model_dump(by_alias=False) for name, section in cfg if hasattr(section, "model_dump")
-    }
-
-
-def _config_default(command: str, name: str) -> tuple[bool, Any]:
-    """(found, value) of the option `name` of `command` in the default configuration."""
+def _legacy_default(command: str, name: str) -> tuple[bool, Any]:
     top = command.removeprefix("specq ").split(" ")[0]
-    defaults = _defaults()
+    defaults = packaged_defaults().model_dump(by_alias=False)
     sections = SECTIONS.get(top, (top, "model", "speculative") if top in defaults else ())
     key = KEYS.get(name, name)
     for section in sections:
@@ -43,17 +27,16 @@ def _config_default(command: str, name: str) -> tuple[bool, Any]:
     return False, None
 
 
-def _shown(value: Any) -> str:
-    if isinstance(value, Enum):
-        value = value.value
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, list | tuple):
-        return f"`{','.join(map(str, value))}`"
-    return f"`{value}`"
+def _config_default(command: str, p: Any, flag: Flag | None) -> tuple[bool, Any]:
+    """(found, value) of a field option's key in the packaged default configuration."""
+    if flag is None:
+        return _legacy_default(command, p.name)
+    if flag.section is None:
+        return False, None
+    return True, getattr(getattr(packaged_defaults(), flag.section), flag.field)
 
 
-def _default_cell(command: str, p: Any) -> str:
+def _default_cell(command: str, p: Any, flag: Flag | None) -> str:
     """The option's default as a user meets it: the flag's own default, else the default configuration's
     value, else "required" or "not set" (the command decides, as its help says)."""
     if getattr(p, "param_type_name", "") == "argument":
@@ -62,14 +45,14 @@ def _default_cell(command: str, p: Any) -> str:
     if callable(default):
         return "not set"
     if default is None or default == ():
-        found, value = _config_default(command, p.name)
-        if found and value is not None:
-            return _shown(value)
+        found, value = _config_default(command, p, flag)
+        if found and value is not None and value != []:
+            return shown(value)
         return "required" if p.required else "not set"
-    return _shown(default)
+    return shown(default)
 
 
-def _param_row(command: str, p: Any) -> str:
+def _param_row(command: str, p: Any, flag: Flag | None) -> str:
     secondary = getattr(p, "secondary_opts", [])
     longs = [o for o in p.opts if o.startswith("--")]
     if secondary and longs:  # a boolean pair: --eval/--no-eval
@@ -79,7 +62,7 @@ def _param_row(command: str, p: Any) -> str:
     if getattr(p, "param_type_name", "") == "argument":
         names = f"`{p.name.upper()}`"
     help_text = " ".join((getattr(p, "help", None) or "").split())
-    return f"| {names} | {help_text} | {_default_cell(command, p)} |"
+    return f"| {names} | {help_text} | {_default_cell(command, p, flag)} |"
 
 
 def _command_md(path: str, cmd: Any, out: list[str]) -> None:
@@ -99,7 +82,8 @@ def _command_md(path: str, cmd: Any, out: list[str]) -> None:
     params = [p for p in cmd.params if p.name not in ("help", "ctx")]
     if params:
         out.append("| option | meaning | default |\n|---|---|---|")
-        out.extend(_param_row(path, p) for p in params)
+        flags = {f.name: f for f in flags_of(cmd.callback)}
+        out.extend(_param_row(path, p, flags.get(p.name)) for p in params)
         out.append("")
 
 

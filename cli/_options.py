@@ -1,15 +1,16 @@
-"""Every option that more than one command takes, declared once as an `Annotated` alias (the way the `hf`
-CLI's `_cli_utils` does it): one flag name, one type and one help text, whichever command it is on.
+"""The options that are no setting of a stage, declared once as `Annotated` aliases (the way the `hf`
+CLI's `_cli_utils` does it): where a command reads its config from, how it prints, where it writes. Options
+that set a config key or a request field are made from that field (cli/_fields.py), so they too have one
+name, one type and one help text, whichever command they are on.
 
 Choices made here, so that no command repeats or contradicts them:
-- `--draft-tokens` / `-k` (short flag on every command that takes it) is text, parsed once by the config:
-  one count K in 0..15 where the command serves or checks one setting (`serve`, `convert`, `plan`), a list
-  of counts (`3..6`, `3,4,6`) where it sweeps (`bench`). An unparsable value is a config error that names
-  the field, like any other.
 - Paths are `Path`; `_common.resolve` turns them into the strings the config sections hold.
 - The JSON switch is `as_json` in every signature (never `json`, which would shadow the module).
 - `--backend` is LMDeploy's engine backend and `--method` the speculative method wherever they appear;
   quantize's own choices are `--quant-backend` and its `--method` is the quantization method (gptq | awq).
+- `--draft-tokens` / `-k` is text the config parses: one count K in 0..15 (`model.draft_tokens`) where the
+  command serves or checks one setting, the counts to sweep (`3..6`, `3,4,6`: `bench.draft_tokens`) in
+  bench. An unparsable value is a config error that names the field, like any other.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Annotated
 
 import typer
 
-from specq.pipeline.config.models import Method
+from ._fields import opt
 
 ConfigOpt = Annotated[
     Path | None,
@@ -33,45 +34,14 @@ WideOpt = Annotated[
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="More diagnostics on stderr.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only errors on stderr.")]
 
-DraftModelOpt = Annotated[
-    Path | None,
-    typer.Option("--draft-model", help="Drafter directory (DFlash, EAGLE or a small draft model)."),
-]
-DraftTokensOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--draft-tokens",
-        "-k",
-        help="Draft tokens per step K, 0..15 (0 = no speculation); bench sweeps a list: 3..6 or 3,4,6 "
-        "(bench default 3..6; DFlash: up to block size - 1).",
-    ),
-]
-EngineOpt = Annotated[
-    str | None,
-    typer.Option("--engine", help="lmdeploy | embedded (default: auto; for plan, the memory model)."),
-]
-BackendOpt = Annotated[
-    str | None, typer.Option("--backend", help="LMDeploy backend: turbomind | pytorch | auto.")
-]
-TpOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--tp",
-        min=1,
-        help="LMDeploy tensor parallelism: shard the model over N GPUs of this host (default 1).",
-    ),
-]
-ExecutorOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--distributed-executor-backend",
-        help="LMDeploy PyTorch engine's workers for --tp > 1: ray (LMDeploy's default) | mp.",
-    ),
-]
-MethodOpt = Annotated[
-    Method | None,
-    typer.Option("--method", help="Speculative method (default: detected from the drafter)."),
-]
+# Made from their config keys (cli/_fields.py): the same help and type wherever they appear.
+DraftModelOpt = opt("model.draft_model_path").annotated()
+DraftTokensOpt = opt("model.draft_tokens").annotated()
+EngineOpt = opt("engine.engine").annotated()
+BackendOpt = opt("engine.backend").annotated()
+TpOpt = opt("engine.tp").annotated()
+ExecutorOpt = opt("engine.distributed_executor_backend").annotated()
+MethodOpt = opt("speculative.method").annotated()
 OutOpt = Annotated[
     Path | None,
     typer.Option(

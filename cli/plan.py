@@ -12,7 +12,12 @@ from specq.pipeline.plan import PlanRequest, run_plan
 from specq.pipeline.report.text import plan_diagnostics, plan_text
 
 from ._common import emit, out, resolve
-from ._options import ConfigOpt, DraftModelOpt, DraftTokensOpt, EngineOpt, JsonOpt, TpOpt
+from ._options import ConfigOpt, DraftModelOpt, DraftTokensOpt, JsonOpt, TpOpt
+
+EngineOpt = Annotated[
+    str | None,
+    typer.Option("--engine", help="lmdeploy | embedded (default: auto; for plan, the memory model)."),
+]
 
 
 def plan(

@@ -13,21 +13,11 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from specq.pipeline.config import config_to_toml
-from specq.pipeline.errors import UsageError
 from specq.pipeline.serve import run
 
-from ._common import emit, progress, resolve
-from ._options import (
-    BackendOpt,
-    ConfigOpt,
-    DraftModelOpt,
-    DraftTokensOpt,
-    EngineOpt,
-    ExecutorOpt,
-    JsonOpt,
-    MethodOpt,
-    TpOpt,
-)
+from ._common import emit, progress, resolve_given
+from ._fields import Given, arg, opt, takes
+from ._options import ConfigOpt, JsonOpt
 
 
 class DefaultStartGroup(TyperGroup):
@@ -57,42 +47,22 @@ serve_app = typer.Typer(
 )
 
 
+OPTIONS = [
+    "model.draft_model_path", "speculative.method", "model.draft_tokens", "engine.engine", "engine.backend",
+    "engine.host", "engine.port", "engine.device", "engine.dtype", "model.model_name", "engine.session_len",
+    "engine.cache_max_entry_count", "engine.max_batch_size", "engine.tp",
+    "engine.distributed_executor_backend", "engine.enable_prefix_caching", "engine.api_keys_env",
+    "engine.api_keys_file",
+]  # fmt: skip
+
+
 @serve_app.command("start", hidden=True, cls=StartCommand)
+@takes(
+    arg("model.model_path", dest="model", help="Target model directory (or model.model_path)."),
+    *map(opt, OPTIONS),
+)
 def start(
-    model: Annotated[str | None, typer.Argument(help="Target model directory (or model.model_path).")] = None,
-    draft_model: DraftModelOpt = None,
-    method: MethodOpt = None,
-    draft_tokens: DraftTokensOpt = None,
-    engine: EngineOpt = None,
-    backend: BackendOpt = None,
-    host: Annotated[
-        str | None, typer.Option("--host", help="Address to listen on (default 127.0.0.1).")
-    ] = None,
-    port: Annotated[int | None, typer.Option("--port", help="Port (default: a free one).")] = None,
-    device: Annotated[
-        str | None, typer.Option("--device", help="Embedded engine: auto | cpu | cuda.")
-    ] = None,
-    dtype: Annotated[str | None, typer.Option("--dtype", help="auto | float16 | bfloat16 | float32.")] = None,
-    model_name: Annotated[
-        str | None, typer.Option("--model-name", help="Name announced at /v1/models.")
-    ] = None,
-    session_len: Annotated[int | None, typer.Option("--session-len", help="LMDeploy session length.")] = None,
-    cache_max_entry_count: Annotated[
-        float | None, typer.Option("--cache-max-entry-count", help="LMDeploy KV-cache share of free memory.")
-    ] = None,
-    max_batch_size: Annotated[int | None, typer.Option("--max-batch-size")] = None,
-    tp: TpOpt = None,
-    executor: ExecutorOpt = None,
-    enable_prefix_caching: Annotated[
-        bool | None,
-        typer.Option("--enable-prefix-caching/--no-prefix-caching", help="LMDeploy prefix cache."),
-    ] = None,
-    api_keys_env: Annotated[
-        str | None, typer.Option("--api-keys-env", help="Environment variable holding the API key(s).")
-    ] = None,
-    api_keys_file: Annotated[
-        str | None, typer.Option("--api-keys-file", help="File with one API key a line.")
-    ] = None,
+    given: Given,
     run_dir: Annotated[
         Path | None,
         typer.Option("--run-dir", help="Where the server log goes (default specq-out/serve/...)."),
@@ -111,25 +81,7 @@ def start(
 
     Example: specq serve ./qwen3.5-27b-awq --draft-model ./dflash-fp16 --draft-tokens 5 --backend pytorch
     """
-    cfg = resolve(
-        config,
-        model={"model_path": model, "draft_model_path": draft_model, "draft_tokens": draft_tokens,
-               "model_name": model_name},
-        engine={"engine": engine, "backend": backend, "host": host, "port": port, "device": device,
-                "dtype": dtype, "session_len": session_len, "cache_max_entry_count": cache_max_entry_count,
-                "max_batch_size": max_batch_size, "enable_prefix_caching": enable_prefix_caching,
-                "tp": tp, "distributed_executor_backend": executor,
-                "api_keys_env": api_keys_env, "api_keys_file": api_keys_file},
-        speculative={"method": method},
-    )  # fmt: skip
-    asked = cfg.model.draft_model_path or cfg.speculative.method
-    if asked and not cfg.model.draft_tokens and draft_tokens is None:
-        # A drafter with no draft-token count would serve without speculation, silently: refuse instead.
-        what = "--draft-model" if cfg.model.draft_model_path else f"--method {cfg.speculative.method}"
-        raise UsageError(
-            f"{what} without --draft-tokens: give --draft-tokens K (1..15) to speculate "
-            "(`specq bench` measures which K is fastest), or --draft-tokens 0 to serve without speculation"
-        )
+    cfg = resolve_given(config, given)
     if dry_run:
         toml = config_to_toml(cfg, run.STAGES["serve"]).rstrip()
         emit(run.dry_run(cfg, run_dir, progress), as_json, lambda r: r.command_line, [toml])

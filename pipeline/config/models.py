@@ -1,11 +1,15 @@
 """Typed settings for every stage. A TOML (or tutorial-style INI) file has one table per section:
 `[model] [engine] [speculative] [generation]` (shared by serve and bench, shaped like the user's
 `speculative_config.ini`), and `[quantize] [convert] [bench] [plan] [draft]`. Every model forbids unknown keys
-so a typo is an error, never silently ignored."""
+so a typo is an error, never silently ignored.
+
+A setting that is also a command-line option is declared here once: its description is the option's help,
+its default and bounds the option's, and `flag(...)` says how the option is spelled where that is not
+`--` + the key with dashes (cli/_fields.py builds the options from these fields)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
@@ -21,6 +25,18 @@ Method = Literal["dflash", "eagle3", "eagle", "qwen3_5_mtp", "deepseek_mtp", "hy
 Bool = Annotated[bool, Strict()]
 
 
+def flag(
+    *names: str, text: bool = False, path: bool = False, choices: bool = False, checked: bool = False
+) -> dict[str, Any]:
+    """A field's command-line spelling (`"--timeout"`, `"--draft-tokens", "-k"`, `"--eval/--no-eval"`) and
+    how the command line reads it: `text` (the config parses it), `path`, `choices` (listed by the command
+    line, which refuses others), `checked` (the command line also checks the field's bounds)."""
+    cli: dict[str, Any] = {"names": list(names)} if names else {}
+    cli.update({k: True for k, on in (("text", text), ("path", path), ("choices", choices),
+                                      ("checked", checked)) if on})  # fmt: skip
+    return {"cli": cli}
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -33,36 +49,60 @@ class ModelSection(Section):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
 
     model_path: str | None = None
-    model_name: str | None = Field(None, description="name the server announces; default: directory name")
-    draft_model_path: str | None = None
+    model_name: str | None = Field(None, description="Name announced at /v1/models.")
+    draft_model_path: str | None = Field(
+        None,
+        description="Drafter directory (DFlash, EAGLE or a small draft model).",
+        json_schema_extra=flag("--draft-model", path=True),
+    )
     draft_tokens: int = Field(
         0,
         ge=0,
         le=MAX_DRAFT_TOKENS,
         alias="num_draft_tokens",
-        description="draft tokens per step; 0 = no speculation",
+        description="Draft tokens per step K, 0..15 (0 = no speculation; DFlash: up to block size - 1).",
+        json_schema_extra=flag("--draft-tokens", "-k", text=True),
     )
     trust_remote_code: Bool = False
 
 
 class EngineSection(Section):
-    engine: Literal["lmdeploy", "embedded", "auto"] = "auto"
-    backend: Literal["turbomind", "pytorch", "auto"] = "auto"
-    host: str = "127.0.0.1"
-    port: int | None = Field(None, ge=1, le=65535, description="default: a free port")
-    max_batch_size: int = Field(1, ge=1)
-    cache_max_entry_count: float = Field(0.8, gt=0, le=1)
-    enable_prefix_caching: Bool = False
-    session_len: int | None = Field(None, ge=64)
+    engine: Literal["lmdeploy", "embedded", "auto"] = Field(
+        "auto", description="The server to start: lmdeploy | embedded | auto."
+    )
+    backend: Literal["turbomind", "pytorch", "auto"] = Field(
+        "auto", description="LMDeploy backend: turbomind | pytorch | auto."
+    )
+    host: str = Field("127.0.0.1", description="Address to listen on.")
+    port: int | None = Field(None, ge=1, le=65535, description="Port (default: a free one).")
+    max_batch_size: int = Field(
+        1, ge=1, description="Sequences decoded together (LMDeploy --max-batch-size)."
+    )
+    cache_max_entry_count: float = Field(
+        0.8, gt=0, le=1, description="LMDeploy KV-cache share of free memory."
+    )
+    enable_prefix_caching: Bool = Field(
+        False,
+        description="LMDeploy prefix cache.",
+        json_schema_extra=flag("--enable-prefix-caching/--no-prefix-caching"),
+    )
+    session_len: int | None = Field(None, ge=64, description="LMDeploy session length.")
     max_prefill_token_num: int | None = Field(
         None, ge=64, description="LMDeploy --max-prefill-token-num; default: plan.max_prefill_token_num"
     )
-    tp: int = Field(1, ge=1, description="LMDeploy tensor parallelism: GPUs of this host to shard over")
-    distributed_executor_backend: Literal["mp", "ray"] | None = Field(
-        None, description="LMDeploy PyTorch engine's workers for tp > 1; default: LMDeploy's (ray on CUDA)"
+    tp: int = Field(
+        1,
+        ge=1,
+        description="LMDeploy tensor parallelism: shard the model over N GPUs of this host.",
+        json_schema_extra=flag(checked=True),
     )
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
+    distributed_executor_backend: Literal["mp", "ray"] | None = Field(
+        None, description="LMDeploy PyTorch engine's workers for --tp > 1: ray (LMDeploy's default) | mp."
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Embedded engine: auto | cpu | cuda.")
+    dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field(
+        "auto", description="auto | float16 | bfloat16 | float32."
+    )
     eager_mode: Bool = False
     step_patch: Bool = Field(
         False,
@@ -82,12 +122,16 @@ class EngineSection(Section):
     )
     ready_timeout_s: float = Field(600.0, gt=0)
     max_queue: int = Field(64, ge=1, description="embedded engine: waiting requests before 429")
-    api_keys_env: str | None = Field(None, description="environment variable holding the API key(s)")
-    api_keys_file: str | None = None
+    api_keys_env: str | None = Field(None, description="Environment variable holding the API key(s).")
+    api_keys_file: str | None = Field(None, description="File with one API key a line.")
 
 
 class SpeculativeSection(Section):
-    method: Method | None = Field(None, description="default: detected from the draft's config.json")
+    method: Method | None = Field(
+        None,
+        description="Speculative method (default: detected from the drafter).",
+        json_schema_extra=flag(choices=True),
+    )
     dflash_block_size: int | None = Field(None, ge=2)
 
 
@@ -223,65 +267,75 @@ BaselineEngine = Literal["same", "turbomind", "pytorch", "embedded"]
 
 
 class BenchSection(Section):
-    url: str | None = Field(None, description="benchmark a running server (one run, no sweep)")
-    served_model_name: str | None = None
+    url: str | None = Field(None, description="Benchmark this running server (one run).")
+    served_model_name: str | None = Field(
+        None, description="Model name at --url (default: first).", json_schema_extra=flag("--model")
+    )
     draft_tokens: list[int] | None = Field(
-        None, description="default: 3..6, or up to block_size - 1 for a DFlash drafter"
+        None,
+        description="Draft-token counts to sweep: 3..6 or 3,4,6 "
+        "(default 3..6; DFlash: up to block size - 1).",
+        json_schema_extra=flag("--draft-tokens", "-k"),
     )
     baseline: Bool = True
     baseline_engine: list[BaselineEngine] = Field(
         default_factory=lambda: ["same"],  # type: ignore[arg-type]
-        description="engine(s) for the k = 0 baseline run(s)",
+        description="Engine(s) of the k = 0 baseline: same | turbomind | pytorch | embedded (comma list).",
     )
-    suite: str | None = "mixed"
-    prompts: str | None = None
-    dataset: str | None = None
-    field: str = "prompt"
-    requests: int = Field(16, ge=1)
-    max_tokens: int = Field(128, ge=1)
-    concurrency: list[int] = Field(default_factory=lambda: [1])
+    suite: str | None = Field("mixed", description="Built-in suite: code, math, chat, ... or mixed.")
+    prompts: str | None = Field(None, description="JSONL with prompt or messages per line.")
+    dataset: str | None = Field(None, description="datasets name or local file/dir.")
+    field: str = Field("prompt", description="Dataset field holding the prompt.")
+    requests: int = Field(16, ge=1, description="Requests per run.")
+    max_tokens: int = Field(128, ge=1, description="Output tokens per request.")
+    concurrency: list[int] = Field(default_factory=lambda: [1], description="In-flight requests, e.g. 1,4,8.")
     warmup: int | None = Field(
-        None, ge=0, description="prompts per warm-up pass; default ('all'): every prompt once; 0 = off"
+        None, ge=0, description="Prompts per warm-up pass: N, all (default: every prompt once) or 0 (off)."
     )
-    warmup_passes: int = Field(5, ge=1, description="at most this many warm-up passes per run")
+    warmup_passes: int = Field(5, ge=1, description="At most N passes to reach steady state.")
     warmup_tolerance: float = Field(
         0.05,
         gt=0,
         le=1,
-        description="steady once a pass is no faster than the previous one by more than this",
+        description="Steady: a pass at most e.g. 5% faster than the last.",
     )
-    trials: int | None = Field(
-        None, ge=1, description="measured trials per run; default 3 in a sweep, 1 with url"
-    )
+    trials: int | None = Field(None, ge=1, description="Measured trials per run (default 3; 1 with --url).")
     consistency_tolerance: float = Field(
-        0.10, gt=0, le=1, description="flag a run whose client and server figures differ more than this"
+        0.10, gt=0, le=1, description="Flag client vs server beyond, e.g. 10%."
     )
-    repeats: int = Field(1, ge=1)
-    temperature: float = Field(0.0, ge=0)
+    repeats: int = Field(1, ge=1, description="Times each prompt is sent.")
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature (0: greedy).")
     near_tie_margin: float = Field(
         0.25, ge=0,
         description="lossless check: a divergence where the baseline's top-2 logprob margin is below this "
         "is a near-tie, else a mismatch (docs/bench.md)",
     )  # fmt: skip
-    seed: int = 0
-    ignore_eos: Bool = False
-    mode: Literal["chat", "completion"] = "chat"
-    tokenizer: str | None = Field(
-        None, description="local tokenizer for the per-chunk recount; default: MODEL"
+    seed: int = Field(0, description="Sampling seed.")
+    ignore_eos: Bool = Field(
+        False,
+        description="Generate --max-tokens even past the end-of-sequence token.",
+        json_schema_extra=flag("--ignore-eos/--no-ignore-eos"),
     )
-    request_timeout_s: float = Field(300.0, gt=0)
-    max_error_rate: float = Field(0.1, ge=0, le=1)
+    mode: Literal["chat", "completion"] = Field("chat", description="chat | completion.")
+    tokenizer: str | None = Field(None, description="Local tokenizer for the recount (default: MODEL's).")
+    request_timeout_s: float = Field(
+        300.0, gt=0, description="Seconds per request.", json_schema_extra=flag("--timeout")
+    )
+    max_error_rate: float = Field(0.1, ge=0, le=1, description="Fail a run above this, e.g. 10%.")
     metrics_settle_timeout_s: float = Field(15.0, ge=0, description="poll /metrics until two scrapes agree")
     nvml_interval_s: float = Field(0.1, gt=0)
-    gpu_bandwidth_gbps: float | None = Field(None, gt=0)
+    gpu_bandwidth_gbps: float | None = Field(
+        None, gt=0, description="GB/s for the roofline.", json_schema_extra=flag("--gpu-bandwidth")
+    )
     out: str | None = None
     headline: Literal["decode", "e2e"] = Field(
         "decode",
-        description="the speedup the headline, best k and gates use: decode rate (no TTFT) or end to end",
+        description="Speedup basis of the headline, best k and gates: decode (the decode rate, no TTFT) | "
+        "e2e (end to end).",
     )
-    min_speedup: float | None = Field(None, gt=0)
-    baseline_report: str | None = None
-    max_regression: float | None = Field(None, ge=0, description="fraction, 0.05 = 5 %")
+    min_speedup: float | None = Field(None, gt=0, description="Gate: best k's speedup ≥ X.")
+    baseline_report: str | None = Field(None, description="Gate: an older report.json.")
+    max_regression: float | None = Field(None, ge=0, description="Gate: allowed drop, e.g. 5%.")
 
     @field_validator("draft_tokens", "concurrency", mode="before")
     @classmethod

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..config.models import STAGES, SpecqConfig  # noqa: F401  (STAGES: the CLI shows the serve sections)
-from ..errors import InputError, ProcessFailed, Terminated
+from ..errors import InputError, ProcessFailed, Terminated, UsageError
 from ..fsutil import atomic_write_text, cache_root
 from ..progress import Progress, null_progress
 from .base import ProcessEngine
@@ -63,17 +63,24 @@ def state_dir() -> Path:
     return cache_root() / "serve"
 
 
-def default_run_dir(port: int) -> Path:
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("specq-out") / "serve" / f"{stamp}-{port}"
-
-
 def _engine(cfg: SpecqConfig, run_dir: Path | None, progress: Progress) -> ProcessEngine:
-    from .registry import build_engine
-    from .spec import ServeRequest, resolve_spec
+    from . import create_engine
+    from .spec import ServeRequest
 
-    spec = resolve_spec(ServeRequest.from_config(cfg), progress)
-    return build_engine(spec, run_dir if run_dir is not None else default_run_dir(spec.port), progress)
+    check_draft_tokens_given(cfg)
+    return create_engine(ServeRequest.from_config(cfg), run_dir, progress)
+
+
+def check_draft_tokens_given(cfg: SpecqConfig) -> None:
+    """A drafter (or a speculative method) with no draft-token count anywhere (flag, config file,
+    environment) would serve without speculation, silently: refuse it. An explicit 0 serves without."""
+    asked = cfg.model.draft_model_path or cfg.speculative.method
+    if asked and "draft_tokens" not in cfg.model.model_fields_set:
+        what = "--draft-model" if cfg.model.draft_model_path else f"--method {cfg.speculative.method}"
+        raise UsageError(
+            f"{what} without --draft-tokens: give --draft-tokens K (1..15) to speculate "
+            "(`specq bench` measures which K is fastest), or --draft-tokens 0 to serve without speculation"
+        )
 
 
 def info_of(engine: ProcessEngine, cfg: SpecqConfig) -> ServeInfo:

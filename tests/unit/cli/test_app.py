@@ -142,10 +142,19 @@ def test_unawaited_coroutines_after_an_interrupt_do_not_reach_stderr(quieted: bo
     assert ("was never awaited" in res.stderr) is not quieted, res.stderr
 
 
+# The keys the shared aliases of cli/_options.py are made from, by the parameter name commands give them.
+ALIASES = {"draft_model": "model.draft_model_path", "backend": "engine.backend", "tp": "engine.tp",
+           "executor": "engine.distributed_executor_backend", "method": "speculative.method",
+           "draft_tokens": "model.draft_tokens", "engine": "engine.engine"}  # fmt: skip
+
+
 def _options_by_flag() -> dict[str, dict[tuple, list[str]]]:
-    """Every option of every command, grouped by its first flag: (flags, help, parameter name) → commands."""
+    """Every option of every command, grouped by its first flag: (flags, help, what it sets) → commands, where
+    what it sets is the config key or request field it is made from (cli/_fields.py), else what the
+    parameter is named after (the key, for a shared alias made from one)."""
     import typer.main
 
+    from specq.cli._fields import flags_of
     from specq.cli.app import app
 
     found: dict[str, dict[tuple, list[str]]] = {}
@@ -153,9 +162,10 @@ def _options_by_flag() -> dict[str, dict[tuple, list[str]]]:
     def walk(cmd, path: str) -> None:
         for name, sub in (getattr(cmd, "commands", None) or {}).items():
             walk(sub, f"{path} {name}")
+        fields = {f.name: f.key for f in flags_of(getattr(cmd, "callback", None))}
         for p in cmd.params:
             if p.param_type_name == "option":
-                key = (tuple(p.opts), p.help, p.name)
+                key = (tuple(p.opts), p.help, fields.get(p.name) or ALIASES.get(p.name, p.name))
                 found.setdefault(p.opts[0], {}).setdefault(key, []).append(path)
 
     walk(typer.main.get_command(app), "specq")
@@ -164,15 +174,22 @@ def _options_by_flag() -> dict[str, dict[tuple, list[str]]]:
 
 def test_shared_options_have_one_declaration() -> None:
     found = _options_by_flag()
-    for flag in ("--draft-model", "--draft-tokens", "--engine", "--backend", "--out", "--config", "--json"):
+    for flag in ("--draft-model", "--backend", "--out", "--config", "--json"):
         assert len(found[flag]) == 1, f"{flag} is declared differently: {found[flag]}"
     # --method: the speculative method everywhere, except quantize's quantization method
     methods = {k: v for k, v in found["--method"].items() if v != ["specq quantize"]}
     assert len(methods) == 1, methods
     backend_users = [c for commands in found["--backend"].values() for c in commands]
     assert found["--quant-backend"] and "specq quantize" not in backend_users
-    ((flags, _, name),) = found["--draft-tokens"]
-    assert "-k" in flags and name == "draft_tokens"
+    # --draft-tokens: the one K served or checked (model.draft_tokens), except bench's sweep of several
+    tokens = {k: commands for k, commands in found["--draft-tokens"].items() if commands != ["specq bench"]}
+    ((flags, _, name),) = tokens
+    assert "-k" in flags and name == "model.draft_tokens"
+    ((bench_flags, _, bench_key),) = [k for k, v in found["--draft-tokens"].items() if v == ["specq bench"]]
+    assert bench_flags == flags and bench_key == "bench.draft_tokens"
+    # --engine: the server to start, except plan's memory model
+    engines = {key: commands for key, commands in found["--engine"].items() if commands != ["specq plan"]}
+    assert len(engines) == 1, engines
     assert [name for (_, _, name) in found["--json"]] == ["as_json"]
 
 
