@@ -2,32 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
-
-import typer
-
-from ._common import emit, out, progress, resolve
-from ._options import ConfigOpt, DraftModelOpt, DraftTokensOpt, JsonOpt, OutOpt
+from ._common import emit, out, progress, resolve_given
+from ._fields import Given, arg, opt, takes
+from ._options import ConfigOpt, JsonOpt, OutOpt
 
 
-def convert(
-    model: Annotated[
-        Path, typer.Argument(help="Hugging Face model directory (target, or drafter with --dtype).")
-    ],
-    draft_model: DraftModelOpt = None,
-    draft_tokens: DraftTokensOpt = None,
-    to: Annotated[str | None, typer.Option("--to", help="Repack a GPTQ checkpoint: awq.")] = None,
-    dtype: Annotated[
-        str | None, typer.Option("--dtype", help="Cast MODEL's weights: float16 or bfloat16.")
-    ] = None,
-    out_dir: OutOpt = None,
-    engine_check: Annotated[
-        bool | None, typer.Option("--engine-check", help="Also run LMDeploy's own TurboMind checks.")
-    ] = None,
-    config: ConfigOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+@takes(
+    arg("model.model_path", dest="model", required=True, path=True,
+        help="Hugging Face model directory (target, or drafter with --dtype)."),
+    opt("model.draft_model_path"), opt("model.draft_tokens"), opt("convert.to"), opt("convert.dtype"),
+    "out_dir", opt("convert.engine_check"),
+)  # fmt: skip
+def convert(given: Given, out_dir: OutOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Check a checkpoint (and drafter) for TurboMind, the PyTorch engine and the embedded engine; fix it.
 
     Exit 2 when what was asked cannot be served as is; the verdicts print the exact fix command. --out
@@ -40,11 +26,7 @@ def convert(
     from specq.pipeline.convert import ConvertRequest, NotReady, run_convert
     from specq.pipeline.report.text import convert_diagnostics, convert_text
 
-    cfg = resolve(
-        config,
-        model={"model_path": model, "draft_model_path": draft_model, "draft_tokens": draft_tokens},
-        convert={"to": to, "dtype": dtype, "out": out_dir, "engine_check": engine_check},
-    )
+    cfg = resolve_given(config, given, convert={"out": out_dir})
     result = run_convert(ConvertRequest.from_config(cfg), progress=progress)
     refused = not result.ready and result.report is not None  # then stderr holds the one error line only
     diagnostics = [] if refused else convert_diagnostics(result)

@@ -185,16 +185,16 @@ class ConvertSection(Section):
     """`specq convert`: a readiness check by default; `to` repacks a GPTQ target, `dtype` casts a drafter."""
 
     to: Literal["awq"] | None = Field(
-        None, description="repack a symmetric 4-bit GPTQ checkpoint as AWQ gemm"
+        None, description="Repack a symmetric 4-bit GPTQ checkpoint as AWQ gemm: awq."
     )
     dtype: Literal["float16", "bfloat16"] | None = Field(
-        None, description="write a copy of MODEL in this dtype"
+        None, description="Cast MODEL's weights (a copy): float16 or bfloat16."
     )
     out: str | None = Field(
         None, description="output directory for `to`/`dtype`; default MODEL-awq / MODEL-fp16"
     )
     engine_check: Bool = Field(
-        False, description="also run LMDeploy's own TurboMind checks (needs _turbomind)"
+        False, description="Also run LMDeploy's own TurboMind checks (needs its _turbomind module)."
     )
 
 
