@@ -135,6 +135,8 @@ class Flag:
         if typing.get_origin(ann) in (tuple, list):
             (item, *_) = typing.get_args(ann)
             return list[item]  # type: ignore[valid-type]
+        if typing.get_origin(ann) is typing.Literal and all(type(a) is int for a in typing.get_args(ann)):
+            return int  # a choice of numbers (`bits`) is read as a number, as the config reads it
         return ann if ann in (bool, int, float) else str
 
     def parameter(self) -> inspect.Parameter:

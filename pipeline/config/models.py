@@ -149,26 +149,66 @@ class QuantizeSection(Section):
     zero points, as TurboMind expects."""
 
     model: str | None = None
-    method: Literal["gptq", "awq"] | None = None
-    bits: Literal[2, 3, 4, 8] = 4
-    group_size: int = Field(128, description="columns per quantization group; -1: one group per row")
-    sym: Bool | None = None
-    desc_act: Bool = False
-    calib: str | None = None
-    text_field: str = "text"
-    samples: int = Field(128, ge=1)
-    seqlen: int = Field(512, ge=16)
-    seed: int = 0
-    backend: str | None = None
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    method: Literal["gptq", "awq"] | None = Field(
+        None,
+        description="Quantization method: gptq | awq (default: awq --for speculative, gptq --for plain).",
+    )
+    bits: Literal[2, 3, 4, 8] = Field(4, description="Weight bits (TurboMind: 4).")
+    group_size: int = Field(
+        128,
+        description="Columns per quantization group, -1: one group per row (TurboMind: 128; others need "
+        "--no-turbomind-check).",
+    )
+    sym: Bool | None = Field(
+        None,
+        description="Symmetric (GPTQ default) or with zero points (AWQ default).",
+        json_schema_extra=flag("--sym/--asym"),
+    )
+    desc_act: Bool = Field(
+        False,
+        description="GPTQ act-order (TurboMind: off).",
+        json_schema_extra=flag("--desc-act/--no-desc-act"),
+    )
+    calib: str | None = Field(
+        None,
+        description="Calibration: FILE (.jsonl .json .parquet .csv .txt), DIR, or hub NAME[:CONFIG[:SPLIT]].",
+    )
+    text_field: str = Field(
+        "text", description="Text column of the calibration data (chat 'messages' is rendered)."
+    )
+    samples: int = Field(128, ge=1, description="Calibration samples.")
+    seqlen: int = Field(512, ge=16, description="Tokens per sample; short texts are packed.")
+    seed: int = Field(0, description="Shuffle seed for the calibration texts.")
+    backend: str | None = Field(
+        None,
+        description="Quantization backend: gptqmodel (default) | llmcompressor | autoawq | lmdeploy.",
+        json_schema_extra=flag("--quant-backend"),
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto | cpu | cuda.")
     out: str | None = None
-    turbomind_check: Bool = True
-    target: Literal["speculative", "plain"] = Field("speculative", alias="for")
-    evaluate: Bool = Field(True, description="perplexity and logits cosine of original vs quantized")
-    eval_samples: int = Field(8, ge=1, description="held-out samples of seqlen tokens for perplexity")
+    turbomind_check: Bool = Field(
+        True,
+        description="Refuse settings TurboMind rejects.",
+        json_schema_extra=flag("--turbomind-check/--no-turbomind-check"),
+    )
+    target: Literal["speculative", "plain"] = Field(
+        "speculative",
+        alias="for",
+        description="speculative: a checkpoint the PyTorch engine speculates with | plain.",
+        json_schema_extra=flag("--for"),
+    )
+    evaluate: Bool = Field(
+        True,
+        description="Perplexity and logits cosine, original vs quantized.",
+        json_schema_extra=flag("--eval/--no-eval"),
+    )
+    eval_samples: int = Field(8, ge=1, description="Held-out samples of --seqlen tokens for perplexity.")
     repack: Bool = Field(True, description="GPTQ for speculative use: repack it to AWQ (lossless)")
     target_model: str | None = Field(
-        None, description="quantizing a drafter: the target whose hidden states calibrate it (else RTN)"
+        None,
+        description="MODEL is a DFlash drafter: the target whose hidden states calibrate it (GPTQ); "
+        "without it, round-to-nearest.",
+        json_schema_extra=flag(path=True),
     )
 
     @field_validator("group_size")

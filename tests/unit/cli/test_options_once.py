@@ -27,7 +27,7 @@ OWN = {
     "specq serve start": {"run_dir", "dry_run", "detach"},
 }
 # Commands whose options come from fields.
-CONVERTED = {"specq bench", "specq serve start", "specq convert"}
+CONVERTED = {"specq bench", "specq serve start", "specq convert", "specq quantize"}
 
 
 def commands() -> Iterator[tuple[str, Any]]:
