@@ -464,14 +464,24 @@ class DraftSection(Section):
     for config files; the defaults train a drafter for the small toy target in about two minutes on 2 CPU
     cores."""
 
-    layers: int = Field(1, ge=1, le=8)
-    block_size: Literal[8, 16] = 8
-    steps: int = Field(300, ge=1)
-    data: str | None = Field(None, description="texts: a local file or directory, a dataset name, or toy")
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
-    seed: int = 0
-    self_distill: Bool = True
+    layers: int = Field(1, ge=1, le=8, description="Draft decoder layers.")
+    block_size: Literal[8, 16] = Field(8, description="DFlash block size: 8 or 16.")
+    steps: int = Field(300, ge=1, description="Training steps.")
+    data: str | None = Field(
+        None,
+        description="Texts: a .jsonl/.json/.txt file, a directory, a dataset name, or 'toy' (draft eval: "
+        "their held-out tenth).",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="cpu, cuda or auto.")
+    dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field(
+        "auto", description="Checkpoint dtype: auto (the target's; fp16 for AWQ), float16, ..."
+    )
+    seed: int = Field(0, description="Seed: same seed, same drafter.")
+    self_distill: Bool = Field(
+        True,
+        description="Train on the target's own continuations.",
+        json_schema_extra=flag("--self-distill/--no-self-distill"),
+    )
     threads: int | None = Field(None, ge=1, description="CPU threads for training; default: torch's")
     target_layer_ids: list[int] | None = Field(None, description="default: LMDeploy's convention")
     mask_token_id: int | None = Field(None, ge=0, description="default: the highest id unused in the data")

@@ -6,12 +6,12 @@ torch-free)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 from pydantic import ConfigDict, Field
 
 from ..config import SpecqConfig
-from ..config.models import DraftSection
+from ..config.models import DraftSection, flag
 from ..errors import UsageError
 from ..progress import Progress, null_progress
 from ..workload import Mode
@@ -28,7 +28,12 @@ class DraftTrainRequest(DraftSection):
 
     target: str
     out: str
-    teacher: str | None = None
+    teacher: str | None = Field(
+        None,
+        description="Learn from this checkpoint instead of TARGET: the one that will be served, e.g. TARGET "
+        "quantized to AWQ/GPTQ by specq quantize (its hidden states and greedy continuations).",
+        json_schema_extra=flag(path=True),
+    )
 
     @classmethod
     def from_config(
@@ -55,12 +60,26 @@ class DraftEvalRequest(DraftSection):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     target: str
-    draft: str
-    prompts: str | None = None
-    suite: str | None = None
-    mode: Mode | None = None
-    max_tokens: int = Field(128, ge=4)
-    requests: int = Field(8, ge=1)
+    draft: str = Field(description="A DFlash drafter directory (LMDeploy layout).")
+    prompts: str | None = Field(
+        None,
+        description="Held-out texts (.jsonl/.json/.txt or a directory); default: toy.",
+        json_schema_extra=flag(path=True),
+    )
+    suite: str | None = Field(
+        None, description="Decode a bench suite's chat prompts as a server would (e.g. code) instead."
+    )
+    mode: Mode | None = Field(
+        None,
+        description="chat | completion: decode --suite or --prompts (a bench prompts file) as bench --mode "
+        "does.",
+    )
+    max_tokens: int = Field(
+        128, ge=4, description="Tokens per --suite prompt, as in bench.", json_schema_extra=flag(checked=True)
+    )
+    requests: int = Field(
+        8, ge=1, description="--suite prompts, as bench's --requests.", json_schema_extra=flag(checked=True)
+    )
 
     @classmethod
     def from_config(
@@ -69,18 +88,18 @@ class DraftEvalRequest(DraftSection):
         *,
         target: str | Path,
         draft: str | Path,
-        prompts: str | Path | None = None,
-        suite: str | None = None,
-        mode: Mode | None = None,
-        max_tokens: int = 128,
-        requests: int = 8,
+        **inputs: Any,
     ) -> DraftEvalRequest:
+        """The request for `cfg`'s `[draft]` settings and the inputs no config holds: `prompts`, `suite`,
+        `mode`, `max_tokens`, `requests` (each left out or None: the field's default)."""
         section = cfg.draft if isinstance(cfg, SpecqConfig) else cfg
+        mode = inputs.get("mode")
         if mode is not None and mode not in get_args(Mode):
             raise UsageError(f"--mode {mode}: choose {' or '.join(get_args(Mode))}")
-        extra = dict(target=str(target), draft=str(draft), prompts=str(prompts) if prompts else None,
-                     suite=suite, mode=mode, max_tokens=max_tokens, requests=requests)  # fmt: skip
-        return cls.model_validate({**section.model_dump(), **extra})
+        given = {k: str(v) if isinstance(v, Path) else v for k, v in inputs.items() if v is not None}
+        return cls.model_validate(
+            {**section.model_dump(), **given, "target": str(target), "draft": str(draft)}
+        )
 
 
 def train_drafter(cfg: DraftTrainRequest, progress: Progress = null_progress) -> DraftTrainReport:

@@ -27,7 +27,8 @@ OWN = {
     "specq serve start": {"run_dir", "dry_run", "detach"},
 }
 # Commands whose options come from fields.
-CONVERTED = {"specq bench", "specq serve start", "specq convert", "specq quantize"}
+CONVERTED = {"specq bench", "specq serve start", "specq convert", "specq quantize", "specq draft train",
+             "specq draft eval"}
 
 
 def commands() -> Iterator[tuple[str, Any]]:
