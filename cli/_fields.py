@@ -112,7 +112,10 @@ class Flag:
             return None
         if self.info.is_required():
             return _MISSING
-        return self.info.get_default(call_default_factory=True)
+        default = self.info.get_default(call_default_factory=True)
+        if isinstance(default, tuple | list):  # a repeatable option: none given means the field's default
+            return list(default) or None
+        return default
 
     @property
     def shown_default(self) -> str | None:
@@ -128,13 +131,13 @@ class Flag:
         spec = self.spec
         if spec.get("path") or (self.argument and self.path):
             return Path
-        if spec.get("choices"):
-            return ann
         if spec.get("text") or _parsed_from_text(self.model, self.field):
             return str
-        if typing.get_origin(ann) in (tuple, list):
+        if typing.get_origin(ann) in (tuple, list):  # a repeatable option
             (item, *_) = typing.get_args(ann)
-            return list[item]  # type: ignore[valid-type]
+            return list[_choices(item) if spec.get("choices") else item]  # type: ignore[misc]
+        if spec.get("choices"):
+            return ann
         if typing.get_origin(ann) is typing.Literal and all(type(a) is int for a in typing.get_args(ann)):
             return int  # a choice of numbers (`bits`) is read as a number, as the config reads it
         return ann if ann in (bool, int, float) else str
@@ -198,6 +201,13 @@ def _open_range(lo: Any, hi: Any) -> Callable[[Any], Any]:
     return check
 
 
+@cache
+def _choices(literal: Any) -> type[Enum]:
+    """A Literal's values as a str Enum: how Typer takes a repeatable option with choices."""
+    values = [str(v) for v in typing.get_args(literal)]
+    return Enum("Choice", {v: v for v in values}, type=str)  # type: ignore[return-value]
+
+
 def _strip_none(ann: Any) -> Any:
     if typing.get_origin(ann) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(ann) if a is not type(None)]
@@ -255,6 +265,17 @@ def _resolve(key: str | type[BaseModel], field: str | None) -> tuple[type[BaseMo
     return model, name, section_name
 
 
+def _plain(value: Any) -> Any:
+    """A typed value as a config or request holds it: paths as strings, choices as their values."""
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
 class Given(dict[str, Any]):
     """The values of a command's field options, by parameter name (None: not typed)."""
 
@@ -264,10 +285,7 @@ class Given(dict[str, Any]):
 
     def _items(self) -> Iterator[tuple[Flag, Any]]:
         for f in self.flags:
-            value = self[f.name]
-            if isinstance(value, Path):
-                value = str(value)
-            yield f, value
+            yield f, _plain(self[f.name])
 
     def sections(self, **extra: dict[str, Any]) -> dict[str, dict[str, Any]]:
         """The config keys typed, by section: the flags layer of `resolve_config` (with `extra` keys of
@@ -281,8 +299,13 @@ class Given(dict[str, Any]):
         return out
 
     def inputs(self, model: type[BaseModel]) -> dict[str, Any]:
-        """The values of `model`'s own fields (a request model that no config holds)."""
-        return {f.field: value for f, value in self._items() if f.section is None and f.model is model}
+        """The values of `model`'s own fields (a request model that no config holds); one not given (None)
+        is left to the model's default."""
+        return {
+            f.field: value
+            for f, value in self._items()
+            if f.section is None and f.model is model and value is not None
+        }
 
 
 def takes(*items: Flag | str) -> Callable[[F], F]:

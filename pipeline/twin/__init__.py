@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .. import __version__
 from ..checkpoint import TWIN_KEY
+from ..config.models import flag
 from ..errors import UsageError
 from ..fsutil import atomic_dir, check_writable, remove_stale_temporaries, say_removed
 from ..progress import Progress, null_progress
@@ -35,20 +36,41 @@ EAGLE3_DRAFT_VOCAB = 32000
 class TwinRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    config: str = Field(description="a config.json, or a checkpoint directory holding one")
+    config: str = Field(description="A config.json, or a checkpoint directory holding one.")
     out: str
-    quant: Quant = "bf16"
-    drafters: tuple[DrafterKind, ...] = ()
+    quant: Quant = Field(
+        "bf16",
+        description="bf16, or awq: 4-bit AWQ in LMDeploy's gemm layout (group 128).",
+        json_schema_extra=flag(choices=True),
+    )
+    drafters: tuple[DrafterKind, ...] = Field(
+        (),
+        description="Also build a drafter of matching shape (repeatable): mtp (Qwen3.5's own MTP layer, in "
+        "the target), dflash (DIR/dflash), eagle3 (DIR/eagle3).",
+        json_schema_extra=flag("--drafter", choices=True),
+    )
     draft_quants: tuple[Quant, ...] = Field(
         ("bf16",),
-        description="the DFlash drafter's weights: bf16/fp16 (DIR/dflash), awq 4-bit (DIR/dflash-awq)",
+        description="The DFlash drafter's weights (repeatable): bf16 (DIR/dflash; fp16 beside an AWQ target "
+        "other than Qwen3.5), awq: 4-bit AWQ gemm as `specq quantize DRAFTER` writes it (DIR/dflash-awq).",
+        json_schema_extra=flag("--draft-quant", choices=True),
     )
-    draft_layers: int = Field(5, ge=1, le=64, description="DFlash drafter layers")
-    block_size: int = Field(DFLASH_BLOCK, ge=2, le=64, description="DFlash block size (k ≤ block − 1)")
-    device: str = "auto"
-    seed: int = 0
+    draft_layers: int = Field(
+        5, ge=1, le=64, description="Layers of the DFlash drafter.", json_schema_extra=flag(checked=True)
+    )
+    block_size: int = Field(
+        DFLASH_BLOCK,
+        ge=2,
+        le=64,
+        description="DFlash block size (draft tokens ≤ block − 1).",
+        json_schema_extra=flag(checked=True),
+    )
+    device: str = Field(
+        "auto", description="auto (cuda when there is a GPU), cuda or cpu: where to generate."
+    )
+    seed: int = Field(0, description="Seed of the random weights.")
     shard_bytes: int = Field(2 * 2**30, gt=0)
-    force: bool = False
+    force: bool = Field(False, description="Replace an existing --out.")
 
 
 class TwinPart(BaseModel):

@@ -25,10 +25,11 @@ OWN = {
     "*": {"config", "as_json", "wide", "out_dir"},
     "specq bench": {"api_key"},
     "specq serve start": {"run_dir", "dry_run", "detach"},
+    "specq twin": {"shard_gib"},
 }
 # Commands whose options come from fields.
 CONVERTED = {"specq bench", "specq serve start", "specq convert", "specq quantize", "specq draft train",
-             "specq draft eval"}
+             "specq draft eval", "specq twin"}
 
 
 def commands() -> Iterator[tuple[str, Any]]:
