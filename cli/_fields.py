@@ -129,13 +129,15 @@ class Flag:
         """The option's Python type as Typer reads it (see the module docstring)."""
         ann = _strip_none(self.info.annotation)
         spec = self.spec
-        if spec.get("path") or (self.argument and self.path):
-            return Path
+        path = bool(spec.get("path") or (self.argument and self.path))
         if spec.get("text") or _parsed_from_text(self.model, self.field):
             return str
-        if typing.get_origin(ann) in (tuple, list):  # a repeatable option
+        if typing.get_origin(ann) in (tuple, list):  # a repeatable option, or an argument of several
             (item, *_) = typing.get_args(ann)
-            return list[_choices(item) if spec.get("choices") else item]  # type: ignore[misc]
+            item = Path if path else _choices(item) if spec.get("choices") else item
+            return list[item]  # type: ignore[valid-type]
+        if path:
+            return Path
         if spec.get("choices"):
             return ann
         if typing.get_origin(ann) is typing.Literal and all(type(a) is int for a in typing.get_args(ann)):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from enum import Enum
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from specq.pipeline.fa3.plan import Fa3Request
+
 from ._common import emit, note, progress
+from ._fields import Given, arg, opt, takes
 from ._options import JsonOpt, OutOpt
 
 if TYPE_CHECKING:
@@ -20,54 +21,19 @@ fa3_app = typer.Typer(
 )
 
 
-class ArchOpt(str, Enum):
-    auto = "auto"
-    sm80 = "sm80"
-    sm90 = "sm90"
-
-
-class DtypeOpt(str, Enum):
-    bf16 = "bf16"
-    fp16 = "fp16"
-
-
 @fa3_app.command("build")
+@takes(
+    opt(Fa3Request, "source"),
+    arg(Fa3Request, "models", dest="models", path=True, metavar="MODEL"),
+    *(opt(Fa3Request, k) for k in ("arch", "head_dims", "dtype", "jobs")),
+    "dry_run",
+    opt(Fa3Request, "check"),
+)
 def build(
-    source: Annotated[
-        Path,
-        typer.Option(
-            "--source", help="A flash-attention checkout: the directory containing hopper/ (or hopper/)."
-        ),
-    ],
-    models: Annotated[
-        list[Path] | None,
-        typer.Argument(metavar="MODEL", help="The model directories to serve: target(s) and drafter(s)."),
-    ] = None,
-    arch: Annotated[
-        ArchOpt,
-        typer.Option(help="auto: this GPU's (sm90 on Hopper, sm80 on Ampere/Ada such as the RTX 3090)."),
-    ] = ArchOpt.auto,
-    head_dim: Annotated[
-        list[int] | None, typer.Option("--head-dim", help="Also build this head dim (repeatable).")
-    ] = None,
-    dtype: Annotated[
-        DtypeOpt | None,
-        typer.Option(
-            help="The dtype the engine runs in, instead of the one derived (as `specq serve --dtype`)."
-        ),
-    ] = None,
-    jobs: Annotated[
-        int | None, typer.Option(help="Parallel nvcc jobs (default: min(cores, available GiB / 4)).")
-    ] = None,
+    given: Given,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the exact environment and command; build nothing.")
     ] = False,
-    check: Annotated[
-        bool,
-        typer.Option(
-            "--check/--no-check", help="Self-check against torch SDPA before installing (needs a GPU)."
-        ),
-    ] = True,
     out_dir: OutOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -77,14 +43,10 @@ def build(
 
     Example: specq fa3 build --source ./flash-attention ./toy/target ./toy-dflash --dry-run
     """
-    from specq.pipeline.fa3 import Fa3Request, build_fa3, make_plan
+    from specq.pipeline.fa3 import build_fa3, make_plan
     from specq.pipeline.report.text import fa3_build_text
 
-    request = Fa3Request(
-        source=str(source), models=tuple(map(str, models or [])), arch=arch.value,
-        head_dims=tuple(head_dim or []), dtype=dtype.value if dtype else None, jobs=jobs, check=check,
-        out=str(out_dir) if out_dir else None,
-    )  # fmt: skip
+    request = Fa3Request(**given.inputs(Fa3Request), out=str(out_dir) if out_dir else None)
     plan = make_plan(request)
     for line in plan.notes:
         note(line)

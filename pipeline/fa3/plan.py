@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from .. import hardware
+from ..config.models import flag
 from ..errors import EnvironmentMissing, InputError
 from .kernels import Arch, Dtype, KernelSet, ModelNeed, derive_needs, kernel_set, setup_py_sources
 
@@ -194,14 +195,33 @@ class Fa3Request(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    source: str
-    models: tuple[str, ...] = ()
-    arch: ArchChoice = "auto"
-    head_dims: tuple[int, ...] = ()
-    dtype: Dtype | None = None  # the dtype the engine runs in, instead of the one derived
-    jobs: int | None = None
+    source: str = Field(
+        description="A flash-attention checkout: the directory containing hopper/ (or hopper/).",
+        json_schema_extra=flag(path=True),
+    )
+    models: tuple[str, ...] = Field(
+        (), description="The model directories to serve: target(s) and drafter(s)."
+    )
+    arch: ArchChoice = Field(
+        "auto",
+        description="auto: this GPU's (sm90 on Hopper, sm80 on Ampere/Ada such as the RTX 3090).",
+        json_schema_extra=flag(choices=True),
+    )
+    head_dims: tuple[int, ...] = Field(
+        (), description="Also build this head dim (repeatable).", json_schema_extra=flag("--head-dim")
+    )
+    dtype: Dtype | None = Field(
+        None,
+        description="The dtype the engine runs in, instead of the one derived (as `specq serve --dtype`).",
+        json_schema_extra=flag(choices=True),
+    )
+    jobs: int | None = Field(None, description="Parallel nvcc jobs (default: min(cores, available GiB / 4)).")
     cuda_home: str | None = None
-    check: bool = True
+    check: bool = Field(
+        True,
+        description="Self-check against torch SDPA before installing (needs a GPU).",
+        json_schema_extra=flag("--check/--no-check"),
+    )
     out: str | None = None
 
 

@@ -26,10 +26,19 @@ OWN = {
     "specq bench": {"api_key"},
     "specq serve start": {"run_dir", "dry_run", "detach"},
     "specq twin": {"shard_gib"},
+    "specq fa3 build": {"dry_run"},
 }
 # Commands whose options come from fields.
-CONVERTED = {"specq bench", "specq serve start", "specq convert", "specq quantize", "specq draft train",
-             "specq draft eval", "specq twin"}
+CONVERTED = {
+    "specq bench",
+    "specq serve start",
+    "specq convert",
+    "specq quantize",
+    "specq draft train",
+    "specq draft eval",
+    "specq twin",
+    "specq fa3 build",
+}
 
 
 def commands() -> Iterator[tuple[str, Any]]:
@@ -116,6 +125,8 @@ def test_a_field_option_takes_its_help_and_default_from_the_field() -> None:
             continue
         if flag.section is not None:
             assert p.default is None, f"{path} {p.opts}: a config key's option has a default of its own"
+        elif flag.info.is_required():
+            assert p.required, f"{path} {p.opts}: {flag.key} is required, the option is not"
         else:
             assert p.default == flag.default, f"{path} {p.opts}: default differs from {flag.key}'s"
     assert checked > 30
