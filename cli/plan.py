@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -11,41 +10,27 @@ from specq.pipeline.errors import EnvironmentMissing
 from specq.pipeline.plan import PlanRequest, run_plan
 from specq.pipeline.report.text import plan_diagnostics, plan_text
 
-from ._common import emit, out, resolve
-from ._options import ConfigOpt, DraftModelOpt, DraftTokensOpt, JsonOpt, TpOpt
+from ._common import emit, out, resolve_given
+from ._fields import Given, arg, opt, takes
+from ._options import ConfigOpt, JsonOpt
 
-EngineOpt = Annotated[
-    str | None,
-    typer.Option("--engine", help="lmdeploy | embedded (default: auto; for plan, the memory model)."),
-]
+OPTIONS = [
+    "model.draft_model_path", "plan.gpu_memory", "plan.batch", "plan.session_len", "model.draft_tokens",
+    "plan.engine", "engine.tp", "plan.kv_dtype", "plan.cache_max_entry_count",
+]  # fmt: skip
 
 
+@takes(
+    arg(
+        "model.model_path",
+        dest="model",
+        path=True,
+        help="Target checkpoint directory (config.json is enough).",
+    ),
+    *map(opt, OPTIONS),
+)
 def plan(
-    model: Annotated[
-        Path | None, typer.Argument(help="Target checkpoint directory (config.json is enough).")
-    ] = None,
-    draft_model: DraftModelOpt = None,
-    gpu_memory: Annotated[str | None, typer.Option("--gpu-memory", help="e.g. 24GiB; default: NVML.")] = None,
-    batch: Annotated[int | None, typer.Option("--batch", min=1, help="Concurrent sequences.")] = None,
-    session_len: Annotated[
-        int | None, typer.Option("--session-len", min=64, help="Tokens per session.")
-    ] = None,
-    draft_tokens: DraftTokensOpt = None,
-    engine: EngineOpt = None,
-    tp: TpOpt = None,
-    kv_dtype: Annotated[
-        str | None, typer.Option("--kv-dtype", help="KV dtype: auto, float16, bfloat16, int8 or int4.")
-    ] = None,
-    cache_max_entry_count: Annotated[
-        float | None,
-        typer.Option(
-            "--cache-max-entry-count",
-            min=0.01,
-            max=0.99,
-            help="Evaluate this LMDeploy KV ratio (what the server will run with, e.g. specq serve's 0.8) "
-            "instead of recommending one.",
-        ),
-    ] = None,  # fmt: skip
+    given: Given,
     check: Annotated[bool, typer.Option("--check", help="Exit 4 when it will not fit.")] = False,
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
@@ -56,13 +41,7 @@ def plan(
 
     Example: specq plan ./qwen3.5-27b-awq --draft-model ./dflash --gpu-memory 24GiB --session-len 8192
     """
-    cfg = resolve(
-        config,
-        model={"model_path": model, "draft_model_path": draft_model, "draft_tokens": draft_tokens},
-        engine={"tp": tp},
-        plan={"gpu_memory": gpu_memory, "batch": batch, "session_len": session_len, "engine": engine,
-              "kv_dtype": kv_dtype, "cache_max_entry_count": cache_max_entry_count},
-    )  # fmt: skip
+    cfg = resolve_given(config, given)
     result = run_plan(PlanRequest.from_config(cfg))
     refused = check and not result.fits  # then the advice goes into the one error line, not before it
     emit(result, as_json, lambda r: plan_text(r, out.width), [] if refused else plan_diagnostics(result))

@@ -9,6 +9,7 @@ its default and bounds the option's, and `flag(...)` says how the option is spel
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
@@ -26,14 +27,20 @@ Bool = Annotated[bool, Strict()]
 
 
 def flag(
-    *names: str, text: bool = False, path: bool = False, choices: bool = False, checked: bool = False
+    *names: str,
+    text: bool = False,
+    path: bool = False,
+    choices: bool | Sequence[str] = False,
+    checked: bool = False,
 ) -> dict[str, Any]:
     """A field's command-line spelling (`"--timeout"`, `"--draft-tokens", "-k"`, `"--eval/--no-eval"`) and
     how the command line reads it: `text` (the config parses it), `path`, `choices` (listed by the command
-    line, which refuses others), `checked` (the command line also checks the field's bounds)."""
+    line, which refuses others: a Literal's values, or the values given), `checked` (the command line also
+    checks the field's bounds)."""
     cli: dict[str, Any] = {"names": list(names)} if names else {}
-    cli.update({k: True for k, on in (("text", text), ("path", path), ("choices", choices),
-                                      ("checked", checked)) if on})  # fmt: skip
+    cli.update({k: True for k, on in (("text", text), ("path", path), ("checked", checked)) if on})
+    if choices:
+        cli["choices"] = list(choices) if not isinstance(choices, bool) else True
     return {"cli": cli}
 
 
@@ -430,19 +437,35 @@ class PlanSection(Section):
     """`specq plan`: GPU memory planning. `batch`/`session_len` fall back to `engine.max_batch_size` and
     `engine.session_len`; the constants below are documented in docs/plan.md."""
 
-    gpu_memory: str | None = Field(None, description="e.g. 24GiB; default: measured through NVML")
-    batch: int | None = Field(None, ge=1, description="default: engine.max_batch_size")
-    session_len: int | None = Field(None, ge=64, description="default: engine.session_len")
-    kv_dtype: Literal["auto", "float16", "bfloat16", "int8", "int4"] = "auto"
+    gpu_memory: str | None = Field(
+        None, description="The GPU's memory, e.g. 24GiB (default: measured by NVML)."
+    )
+    batch: int | None = Field(
+        None,
+        ge=1,
+        description="Concurrent sequences (default: engine.max_batch_size).",
+        json_schema_extra=flag(checked=True),
+    )
+    session_len: int | None = Field(
+        None,
+        ge=64,
+        description="Tokens per session (default: engine.session_len).",
+        json_schema_extra=flag(checked=True),
+    )
+    kv_dtype: Literal["auto", "float16", "bfloat16", "int8", "int4"] = Field(
+        "auto", description="KV dtype: auto, float16, bfloat16, int8 or int4."
+    )
     engine: Literal["lmdeploy", "embedded"] | None = Field(
-        None, description="memory model; default: engine.engine (auto = lmdeploy)"
+        None, description="The memory model: lmdeploy | embedded (default: engine.engine; auto = lmdeploy)."
     )
     max_prefill_token_num: int = Field(8192, ge=64, description="LMDeploy's --max-prefill-token-num")
     cache_max_entry_count: float | None = Field(
         None,
         gt=0,
         lt=1,
-        description="evaluate this LMDeploy ratio (what a server runs with); default: recommend one",
+        description="Evaluate this LMDeploy KV ratio (what the server will run with, e.g. specq serve's 0.8) "
+        "instead of recommending one.",
+        json_schema_extra=flag(checked=True),
     )
     prefill_tokens: int | None = Field(
         None, ge=1, description="embedded engine: longest prompt prefilled at once; default: session_len"
