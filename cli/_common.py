@@ -52,10 +52,6 @@ def typed(**options: Any) -> dict[str, Any]:
     return {k: str(v) if isinstance(v, Path) else v for k, v in options.items() if v is not None}
 
 
-def resolve(config: Path | None, **sections: dict[str, Any]) -> SpecqConfig:
-    return resolve_config(config, flags={k: typed(**v) for k, v in sections.items()})
-
-
 def resolve_given(config: Path | None, given: Given, **sections: dict[str, Any]) -> SpecqConfig:
     """The resolved config with the field options typed (`given`) and a command's own values (`sections`)
     as the flags layer."""

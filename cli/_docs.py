@@ -10,33 +10,15 @@ import typer.main
 from ._fields import Flag, flags_of, packaged_defaults, shown
 from .app import app
 
-# Commands whose options are not made from fields yet: where their options land in the configuration.
-SECTIONS = {"serve": ("model", "engine", "speculative")}
-KEYS = {"quant_backend": "backend", "out_dir": "out"}
 
-
-def _legacy_default(command: str, name: str) -> tuple[bool, Any]:
-    top = command.removeprefix("specq ").split(" ")[0]
-    defaults = packaged_defaults().model_dump(by_alias=False)
-    sections = SECTIONS.get(top, (top, "model", "speculative") if top in defaults else ())
-    key = KEYS.get(name, name)
-    for section in sections:
-        values = defaults.get(section, {})
-        if key in values:
-            return True, values[key]
-    return False, None
-
-
-def _config_default(command: str, p: Any, flag: Flag | None) -> tuple[bool, Any]:
+def _config_default(flag: Flag | None) -> tuple[bool, Any]:
     """(found, value) of a field option's key in the packaged default configuration."""
-    if flag is None:
-        return _legacy_default(command, p.name)
-    if flag.section is None:
+    if flag is None or flag.section is None:
         return False, None
     return True, getattr(getattr(packaged_defaults(), flag.section), flag.field)
 
 
-def _default_cell(command: str, p: Any, flag: Flag | None) -> str:
+def _default_cell(p: Any, flag: Flag | None) -> str:
     """The option's default as a user meets it: the flag's own default, else the default configuration's
     value, else "required" or "not set" (the command decides, as its help says)."""
     if getattr(p, "param_type_name", "") == "argument":
@@ -45,14 +27,14 @@ def _default_cell(command: str, p: Any, flag: Flag | None) -> str:
     if callable(default):
         return "not set"
     if default is None or default == ():
-        found, value = _config_default(command, p, flag)
+        found, value = _config_default(flag)
         if found and value is not None and value != []:
             return shown(value)
         return "required" if p.required else "not set"
     return shown(default)
 
 
-def _param_row(command: str, p: Any, flag: Flag | None) -> str:
+def _param_row(p: Any, flag: Flag | None) -> str:
     secondary = getattr(p, "secondary_opts", [])
     longs = [o for o in p.opts if o.startswith("--")]
     if secondary and longs:  # a boolean pair: --eval/--no-eval
@@ -62,7 +44,7 @@ def _param_row(command: str, p: Any, flag: Flag | None) -> str:
     if getattr(p, "param_type_name", "") == "argument":
         names = f"`{p.name.upper()}`"
     help_text = " ".join((getattr(p, "help", None) or "").split())
-    return f"| {names} | {help_text} | {_default_cell(command, p, flag)} |"
+    return f"| {names} | {help_text} | {_default_cell(p, flag)} |"
 
 
 def _command_md(path: str, cmd: Any, out: list[str]) -> None:
@@ -83,7 +65,7 @@ def _command_md(path: str, cmd: Any, out: list[str]) -> None:
     if params:
         out.append("| option | meaning | default |\n|---|---|---|")
         flags = {f.name: f for f in flags_of(cmd.callback)}
-        out.extend(_param_row(path, p, flags.get(p.name)) for p in params)
+        out.extend(_param_row(p, flags.get(p.name)) for p in params)
         out.append("")
 
 

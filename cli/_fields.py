@@ -138,6 +138,8 @@ class Flag:
             return list[item]  # type: ignore[valid-type]
         if path:
             return Path
+        if isinstance(spec.get("choices"), list):  # values the stage lists (its presets)
+            return _choices(typing.Literal[tuple(spec["choices"])])
         if spec.get("choices"):
             return ann
         if typing.get_origin(ann) is typing.Literal and all(type(a) is int for a in typing.get_args(ann)):

@@ -20,8 +20,6 @@ from typing import Annotated
 
 import typer
 
-from ._fields import opt
-
 ConfigOpt = Annotated[
     Path | None,
     typer.Option("--config", "-c", help="TOML or tutorial-style INI file, or the name of a packaged preset."),
@@ -34,14 +32,6 @@ WideOpt = Annotated[
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="More diagnostics on stderr.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only errors on stderr.")]
 
-# Made from their config keys (cli/_fields.py): the same help and type wherever they appear.
-DraftModelOpt = opt("model.draft_model_path").annotated()
-DraftTokensOpt = opt("model.draft_tokens").annotated()
-EngineOpt = opt("engine.engine").annotated()
-BackendOpt = opt("engine.backend").annotated()
-TpOpt = opt("engine.tp").annotated()
-ExecutorOpt = opt("engine.distributed_executor_backend").annotated()
-MethodOpt = opt("speculative.method").annotated()
 OutOpt = Annotated[
     Path | None,
     typer.Option(

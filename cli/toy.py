@@ -9,20 +9,13 @@ from typing import Annotated
 
 import typer
 
+from specq.pipeline.toy.build import ToyRequest
+
 from ._common import emit, err, progress
+from ._fields import Given, opt, takes
 from ._options import JsonOpt
 
 toy_app = typer.Typer(help="Build the project's own tiny target/draft model pair.", no_args_is_help=True)
-
-
-class Size(str, Enum):
-    small = "small"
-    medium = "medium"
-
-
-class Arch(str, Enum):
-    qwen3 = "qwen3"
-    qwen3_5 = "qwen3.5"
 
 
 class RealModel(str, Enum):
@@ -35,27 +28,12 @@ class Drafter(str, Enum):
 
 
 @toy_app.command("build")
+@takes("out_dir", *(opt(ToyRequest, k) for k in ("size", "arch", "seed", "force")))
 def build(
+    given: Given,
     out_dir: Annotated[
         Path, typer.Argument(metavar="OUT", help="Directory to receive target/, draft/ and toy_report.json.")
     ],
-    size: Annotated[
-        Size, typer.Option("--size", help="small: CPU, minutes; medium: tens of millions of params, GPU.")
-    ] = Size.small,
-    arch: Annotated[
-        Arch,
-        typer.Option(
-            "--arch",
-            help="qwen3: a Qwen3 target and draft; qwen3.5: a Qwen3.5-shaped hybrid target (Gated DeltaNet"
-            " + full attention, head dim 256, built-in MTP head) with a Qwen3 draft (size small only).",
-        ),
-    ] = Arch.qwen3,
-    seed: Annotated[
-        int, typer.Option("--seed", help="Seed of the build (same seed, same machine: same models).")
-    ] = 0,
-    force: Annotated[
-        bool, typer.Option("--force", help="Rebuild even if the cache holds this pair.")
-    ] = False,
     drafter: Annotated[
         Drafter,
         typer.Option(
@@ -73,10 +51,10 @@ def build(
     """
     from specq.pipeline.fsutil import check_writable
     from specq.pipeline.report.text import toy_diagnostics
-    from specq.pipeline.toy import ToyRequest, build_toy_pair, export_toy_pair
+    from specq.pipeline.toy import build_toy_pair, export_toy_pair
 
     check_writable(out_dir, what="OUT")  # before the build (minutes when not cached)
-    built = build_toy_pair(ToyRequest(size=size.value, seed=seed, force=force, arch=arch.value), progress)
+    built = build_toy_pair(ToyRequest(**given.inputs(ToyRequest)), progress)
     pair = export_toy_pair(built, out_dir)
     dflash = None
     if drafter is Drafter.dflash:

@@ -21,8 +21,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from ..config.models import flag
 from ..errors import InputError, UsageError, missing_package
 from ..fsutil import atomic_dir
 from ..hardware import cpu_threads, pick_device
@@ -165,11 +166,20 @@ class ToyRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    size: str = "small"
-    seed: int = 0
-    force: bool = False
+    size: str = Field(
+        "small",
+        description="small: CPU, minutes; medium: tens of millions of params, GPU.",
+        json_schema_extra=flag(choices=list(SIZES)),
+    )
+    seed: int = Field(0, description="Seed of the build (same seed, same machine: same models).")
+    force: bool = Field(False, description="Rebuild even if the cache holds this pair.")
     cache_dir: str | None = None
-    arch: str = "qwen3"
+    arch: str = Field(
+        "qwen3",
+        description="qwen3: a Qwen3 target and draft; qwen3.5: a Qwen3.5-shaped hybrid target (Gated DeltaNet"
+        " + full attention, head dim 256, built-in MTP head) with a Qwen3 draft (size small only).",
+        json_schema_extra=flag(choices=ARCHS),
+    )
 
 
 def build_toy_pair(request: ToyRequest, progress: Progress = null_progress) -> ToyPair:

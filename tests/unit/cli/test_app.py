@@ -142,16 +142,9 @@ def test_unawaited_coroutines_after_an_interrupt_do_not_reach_stderr(quieted: bo
     assert ("was never awaited" in res.stderr) is not quieted, res.stderr
 
 
-# The keys the shared aliases of cli/_options.py are made from, by the parameter name commands give them.
-ALIASES = {"draft_model": "model.draft_model_path", "backend": "engine.backend", "tp": "engine.tp",
-           "executor": "engine.distributed_executor_backend", "method": "speculative.method",
-           "draft_tokens": "model.draft_tokens", "engine": "engine.engine"}  # fmt: skip
-
-
 def _options_by_flag() -> dict[str, dict[tuple, list[str]]]:
     """Every option of every command, grouped by its first flag: (flags, help, what it sets) → commands, where
-    what it sets is the config key or request field it is made from (cli/_fields.py), else what the
-    parameter is named after (the key, for a shared alias made from one)."""
+    what it sets is the config key or request field it is made from (cli/_fields.py), else its parameter."""
     import typer.main
 
     from specq.cli._fields import flags_of
@@ -165,7 +158,7 @@ def _options_by_flag() -> dict[str, dict[tuple, list[str]]]:
         fields = {f.name: f.key for f in flags_of(getattr(cmd, "callback", None))}
         for p in cmd.params:
             if p.param_type_name == "option":
-                key = (tuple(p.opts), p.help, fields.get(p.name) or ALIASES.get(p.name, p.name))
+                key = (tuple(p.opts), p.help, fields.get(p.name, p.name))
                 found.setdefault(p.opts[0], {}).setdefault(key, []).append(path)
 
     walk(typer.main.get_command(app), "specq")
