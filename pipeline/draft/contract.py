@@ -49,6 +49,16 @@ CONFIG_FIELDS = (
     "dflash_config",
 )
 REQUIRED_FIELDS = tuple(f for f in CONFIG_FIELDS if f != "target_hidden_size")
+# The required fields that are counts or sizes: positive integers.
+_NOT_COUNTS = (
+    "architectures",
+    "model_type",
+    "rms_norm_eps",
+    "rope_theta",
+    "layer_types",
+    "use_sliding_window",
+)
+POSITIVE_INT_FIELDS = tuple(f for f in REQUIRED_FIELDS if f not in (*_NOT_COUNTS, "dflash_config"))
 # Written after those by the export: the checkpoint's dtype in both spellings (transformers 5 reads `dtype`,
 # older readers `torch_dtype`), so engines and `specq convert` know it without opening the weights.
 DTYPE_FIELDS = ("torch_dtype", "dtype")
@@ -263,17 +273,7 @@ def config_problems(config: dict[str, Any], target: Checkpoint | None = None) ->
         problems.append(f"architectures: must be ['{ARCHITECTURE}'], got {config['architectures']}")
     if config["model_type"] != "qwen3":
         problems.append(f"model_type: must be 'qwen3', got {config['model_type']!r}")
-    for f in (
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "num_key_value_heads",
-        "head_dim",
-        "intermediate_size",
-        "max_position_embeddings",
-        "vocab_size",
-        "num_target_layers",
-    ):
+    for f in POSITIVE_INT_FIELDS:
         v = config[f]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             problems.append(f"{f}: must be a positive integer, got {v!r}")
