@@ -16,7 +16,7 @@ report_app = typer.Typer(help="Show and compare saved benchmark reports.", no_ar
 @report_app.command("show")
 def show(
     run: Annotated[Path, typer.Argument(help="A report.json written by specq bench.")],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table | md | csv | json.")] = "table",
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table | md | csv (JSON: --json).")] = "table",
     wide: WideOpt = False,
     as_json: JsonOpt = False,
 ) -> None:

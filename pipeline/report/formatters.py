@@ -1,4 +1,5 @@
-"""Rendering a report: a registry of formatters by name (`table`, `md`, `csv`, `json`) that each return text,
+"""Rendering a report: a registry of formatters by name (`table`, `md`, `csv`) that each return text (JSON
+is every command's `--json`: the report itself),
 PNG plots through matplotlib's Agg backend (tok/s and speedup vs k on the report's headline basis with the
 baseline line, acceptance by position per k, latency percentiles), and `write_outputs` which saves all of
 them into a run directory. Table, Markdown and CSV show both figures, the decode rate and end to end."""
@@ -16,7 +17,9 @@ from .models import BenchReport, HeadlineBasis, Lossless, Run
 from .noise import noise_warnings
 from .rates import BASIS_NAMES, run_rate
 
-Formatter = Callable[[BenchReport], str]
+# A formatter takes the report and how wide the text may be (`width`: the terminal's columns, None: no
+# limit; `wide`: every column even so); only the table uses them.
+Formatter = Callable[..., str]
 FORMATTERS: dict[str, Formatter] = {}
 
 
@@ -108,13 +111,8 @@ def run_rows(report: BenchReport) -> list[dict[str, Any]]:
     return rows
 
 
-@formatter("json")
-def to_json(report: BenchReport) -> str:
-    return report.model_dump_json(indent=1)
-
-
 @formatter("csv")
-def to_csv(report: BenchReport) -> str:
+def to_csv(report: BenchReport, **_: Any) -> str:
     rows = run_rows(report)
     buf = io.StringIO()
     fields = list(rows[0]) if rows else ["run"]
@@ -356,7 +354,7 @@ def _wrap(line: str, width: int) -> str:
 
 
 @formatter("md")
-def to_markdown(report: BenchReport) -> str:
+def to_markdown(report: BenchReport, **_: Any) -> str:
     w = report.workload
     lines = [
         "# specq bench report",
@@ -535,7 +533,6 @@ def render(report: BenchReport, fmt: str, width: int | None = None, wide: bool =
     from ..errors import UsageError
 
     if fmt not in FORMATTERS:
-        raise UsageError(f"unknown format '{fmt}'; choose one of {', '.join(sorted(FORMATTERS))}")
-    if fmt == "table":
-        return to_table(report, width=width, wide=wide)
-    return FORMATTERS[fmt](report)
+        hint = " (JSON: --json)" if fmt == "json" else ""
+        raise UsageError(f"unknown format '{fmt}'; choose one of {', '.join(sorted(FORMATTERS))}{hint}")
+    return FORMATTERS[fmt](report, width=width, wide=wide)

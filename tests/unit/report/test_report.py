@@ -90,13 +90,15 @@ def test_load_refuses_foreign_and_broken_files(tmp_path):
 
 def test_every_formatter_renders():
     rep = make_report()
-    assert set(FORMATTERS) >= {"table", "md", "csv", "json"}
+    assert set(FORMATTERS) == {"table", "md", "csv"}
     assert "k=4" in render(rep, "table") and "| k=4 |" in render(rep, "md")
     csv = render(rep, "csv").splitlines()
     assert len(csv) == 3 and csv[2].startswith("k=4,4,1")
-    assert json.loads(render(rep, "json"))["kind"] == "specq-bench"
+    assert json.loads(rep.model_dump_json())["kind"] == "specq-bench"  # JSON: the report itself (--json)
     with pytest.raises(UsageError, match="unknown format"):
         render(rep, "xml")
+    with pytest.raises(UsageError, match=r"\(JSON: --json\)"):
+        render(rep, "json")
 
 
 def test_outputs_and_plots(tmp_path):
