@@ -1,12 +1,14 @@
 """How fast and how exact is specq's streaming client? Runs the client against the synthetic server
-(`specq.pipeline.bench.synthetic`), which streams chunks on a known, fixed, absolute schedule, and prints
+(`tests/fake_openai.py`), which streams chunks on a known, fixed, absolute schedule, and prints
 the client's aggregate streamed tokens/s and its error in per-request decode tokens/s and mean per-token
 ITL. The truth is the server's own send time of every chunk (it stamps them, `--stamp`, on the same
 monotonic clock): that isolates the client's error from the server's scheduling jitter on a loaded
 machine. The error against the nominal schedule is printed too. Target: >= 20,000 streamed
 tokens/s on 2 CPU cores, < 1 % error.
 
-    python benchmarks/bench_client_throughput.py [--concurrency 8] [--tokens-per-chunk 4] [--step-ms 1]
+    python -m benchmarks.bench_client_throughput [--concurrency 8] [--tokens-per-chunk 4] [--step-ms 1]
+
+(from the checkout root: the fake server is a test helper, tests/fake_openai.py)
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import statistics
 
 from specq.pipeline.bench.analysis import aggregate
 from specq.pipeline.bench.client import RequestSpec, per_token_latencies, run_requests
-from specq.pipeline.bench.synthetic import start_server, stop_server
 from specq.pipeline.workload import build_workload
+from tests.fake_openai import start_server, stop_server
 
 
 def _err(meas: list[float], true: list[float]) -> float:

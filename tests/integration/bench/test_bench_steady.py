@@ -16,11 +16,11 @@ import pytest
 from specq.pipeline.bench import BenchRequest
 from specq.pipeline.bench.client import RequestSpec, per_token_latencies, run_requests
 from specq.pipeline.bench.runner import run_bench
-from specq.pipeline.bench.synthetic import SyntheticEngine, plan_chunks, start_server, stop_server
 from specq.pipeline.config.models import SpecqConfig
 from specq.pipeline.report import BenchReport
 from specq.pipeline.report.formatters import render
 from specq.pipeline.workload import build_workload
+from tests.fake_openai import SyntheticEngine, plan_chunks, start_server, stop_server
 
 pytestmark = pytest.mark.integration
 MAX_TOKENS = 24

@@ -10,10 +10,10 @@ import pytest
 
 from specq.pipeline.bench import BenchRequest
 from specq.pipeline.bench.runner import run_bench
-from specq.pipeline.bench.synthetic import SyntheticEngine, plan_chunks, start_server, stop_server
 from specq.pipeline.config.models import SpecqConfig
 from specq.pipeline.errors import ProcessFailed
 from specq.pipeline.report import BenchReport
+from tests.fake_openai import SyntheticEngine, plan_chunks, start_server, stop_server
 
 pytestmark = pytest.mark.integration
 MAX_TOKENS = 24

@@ -15,10 +15,10 @@ import pytest
 
 from specq.pipeline.bench import BenchRequest
 from specq.pipeline.bench.runner import run_bench
-from specq.pipeline.bench.synthetic import SyntheticEngine
 from specq.pipeline.config.models import SpecqConfig
 from specq.pipeline.errors import ProcessFailed
 from specq.pipeline.serve.process import ManagedProcess, free_port
+from tests.fake_openai import SyntheticEngine
 
 from .conftest import assert_one_line
 

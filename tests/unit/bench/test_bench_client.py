@@ -16,8 +16,8 @@ from specq.pipeline.bench.client import (
     scale_counts,
     stream_record,
 )
-from specq.pipeline.bench.synthetic import plan_chunks
 from specq.pipeline.report.models import RequestRecord
+from tests.fake_openai import plan_chunks
 
 
 class WordCounter:

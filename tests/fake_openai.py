@@ -1,4 +1,10 @@
-"""A synthetic OpenAI-compatible streaming server with a known, fixed schedule — the benchmark's own
+"""The project's fake OpenAI-compatible servers, one module for every test and benchmark that needs one.
+
+`hostile_server(Behaviour(...))` answers what a test scripts, in a thread of the test process: a malformed
+`/v1/models`, SSE chunks of any shape, a stream cut short, an API key it insists on (so `specq bench --url`
+can be driven in-process against it).
+
+The synthetic server (`start_server`, `SyntheticEngine`) has a known, fixed schedule — the benchmark's own
 yardstick. It serves `/v1/models`, `/v1/chat/completions`, `/v1/completions` (SSE with
 `stream_options.include_usage`, and non-streaming), `/health` and `/metrics` with LMDeploy's
 `lmdeploy:spec_decode_*` counter names, whose values it controls exactly.
@@ -22,7 +28,7 @@ partial sums with atomics, in whatever order its blocks finish): after N tokens 
 on how many requests the server has answered, so two trials of the same prompt differ there.
 
 Used by tests (`SyntheticEngine` implements the serve stage's `Engine`) and by
-`benchmarks/bench_client_throughput.py`. Run: `python -m specq.pipeline.bench.synthetic --port 0`."""
+`benchmarks/bench_client_throughput.py`. Run: `python tests/fake_openai.py --port 0`."""
 
 from __future__ import annotations
 
@@ -36,18 +42,130 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ProcessFailed
-from ..progress import Progress, null_progress
-from ..serve.engine import Engine
+from specq.pipeline.errors import ProcessFailed
+from specq.pipeline.progress import Progress, null_progress
+from specq.pipeline.serve.engine import Engine
 
 if TYPE_CHECKING:
-    from ..serve.spec import ServeRequest
+    from specq.pipeline.serve.spec import ServeRequest
 
 MODEL = "synthetic"
+HERE = Path(__file__).resolve()
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """What both servers' handlers share: HTTP/1.1, no request log, a whole JSON (or text) reply."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *a: Any) -> None:  # keep the log quiet
+        pass
+
+    def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def models_reply(name: str) -> Any:
+    """/v1/models as OpenAI (and LMDeploy) list one model."""
+    return {"object": "list", "data": [{"id": name, "object": "model"}]}
+
+
+# ---- the scripted server -----------------------------------------------------------------------------
+
+OK_MODELS: Any = models_reply("m")
+
+
+def chunk(text: str, usage: Any = None, **extra: Any) -> bytes:
+    body: dict[str, Any] = {"choices": [{"index": 0, "delta": {"content": text}}], **extra}
+    if usage is not None:
+        body["usage"] = usage
+    return json.dumps(body).encode()
+
+
+def good_stream(n: int = 3) -> list[bytes]:
+    return [chunk(f" w{i}") for i in range(n)] + [
+        json.dumps({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": n}}).encode(),
+        b"[DONE]",
+    ]
+
+
+@dataclass
+class Behaviour:
+    models: Any = field(default_factory=lambda: OK_MODELS)  # a JSON value, or raw bytes
+    models_status: int = 200
+    events: list[bytes] = field(default_factory=good_stream)  # SSE data payloads, in order
+    api_key: str | None = None  # when set, every request needs "Authorization: Bearer KEY"
+    delay_s: float = 0.0  # pause before each SSE event (a slow server, for signals mid-stream)
+    seen_auth: list[str] = field(default_factory=list)
+
+
+def _scripted_handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
+    class Handler(JsonHandler):
+        def _refused(self) -> bool:
+            auth = self.headers.get("Authorization", "")
+            b.seen_auth.append(auth)
+            if b.api_key is None or auth == f"Bearer {b.api_key}":
+                return False
+            self._send(401, json.dumps({"error": {"message": "invalid api key"}}).encode())
+            return True
+
+        def do_GET(self) -> None:
+            if self.path.startswith("/v1/") and self._refused():  # /metrics is open, as on LMDeploy
+                return
+            if self.path.startswith("/v1/models"):
+                raw = b.models if isinstance(b.models, bytes) else json.dumps(b.models).encode()
+                self._send(b.models_status, raw)
+            elif self.path.startswith("/metrics"):
+                self._send(404, b"", "text/plain")
+            else:
+                self._send(404, b"{}")
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if self._refused():
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for data in b.events:
+                time.sleep(b.delay_s)
+                try:
+                    self.wfile.write(b"data: " + data + b"\n\n")
+                    self.wfile.flush()
+                except OSError:  # the client went away
+                    return
+            self.close_connection = True
+
+    return Handler
+
+
+@contextmanager
+def hostile_server(behaviour: Behaviour) -> Iterator[str]:
+    """`http://127.0.0.1:PORT` of a server behaving as told, for the duration of the block."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _scripted_handler(behaviour))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# ---- the synthetic server ----------------------------------------------------------------------------
 
 
 class Counters:
@@ -132,12 +250,7 @@ def wait_until(target: float) -> None:
 def make_handler(args: argparse.Namespace, counters: Counters) -> type[BaseHTTPRequestHandler]:
     pattern = [int(x) for x in args.accept_pattern.split(",")]
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *a: Any) -> None:  # keep the log quiet
-            pass
-
+    class Handler(JsonHandler):
         def setup(self) -> None:
             super().setup()
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -147,18 +260,9 @@ def make_handler(args: argparse.Namespace, counters: Counters) -> type[BaseHTTPR
             self.t_arrive = time.perf_counter()
             return super().parse_request()
 
-        def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
         def do_GET(self) -> None:
             if self.path.startswith("/v1/models"):
-                self._send(
-                    200, json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode()
-                )
+                self._send(200, json.dumps(models_reply(MODEL)).encode())
             elif self.path.startswith("/health"):
                 self._send(200, b"{}")
             elif self.path.startswith("/metrics"):
@@ -298,7 +402,7 @@ def serve(args: argparse.Namespace) -> None:
 
 def start_server(*args: str, log: Path | None = None) -> tuple[subprocess.Popen[bytes], str]:
     """Start the synthetic server in a child process; (process, base URL)."""
-    cmd = [sys.executable, "-m", "specq.pipeline.bench.synthetic", "--port", "0", *args]
+    cmd = [sys.executable, str(HERE), "--port", "0", *args]
     err = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - the child owns it
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
     assert proc.stdout is not None
@@ -335,14 +439,7 @@ class SyntheticEngine(Engine):
         self._launched = 0.0
 
     def command(self) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "specq.pipeline.bench.synthetic",
-            "--draft-tokens",
-            str(self.draft_tokens),
-            *self.extra,
-        ]
+        return [sys.executable, str(HERE), "--draft-tokens", str(self.draft_tokens), *self.extra]
 
     def start(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
