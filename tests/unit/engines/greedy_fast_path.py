@@ -4,7 +4,7 @@ argmax), on random CPU tensors: the target token ids must match in every case. T
 `spec_agent.py`'s own code, cut from the source the compatibility hook produces; torch alone runs it, and
 LMDeploy's files are read from an unpacked 0.18.0 tree (tests/fixtures/lmdeploy-0.18.0 holds the ones needed).
 
-    python benchmarks/greedy_fast_path_check.py [SITE]   # SITE/lmdeploy/pytorch/...
+    python tests/unit/engines/greedy_fast_path.py [SITE]   # SITE/lmdeploy/pytorch/...
 
 Prints the mismatches (0 expected) and each path's host time per step on CPU tensors; exits 1 on a mismatch.
 """
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 STUBS = (
     "lmdeploy", "lmdeploy.messages", "lmdeploy.pytorch", "lmdeploy.pytorch.envs", "lmdeploy.pytorch.messages",
     "lmdeploy.pytorch.engine", "lmdeploy.pytorch.engine.guided_process",

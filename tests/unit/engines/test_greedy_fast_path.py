@@ -1,11 +1,11 @@
-"""benchmarks/greedy_fast_path_check.py: the spec-step patch's greedy fast path, cut from the patched
+"""greedy_fast_path.py: the spec-step patch's greedy fast path, cut from the patched
 `spec_agent.py`, gives LMDeploy 0.18.0's own target token ids on random CPU batches, and the check notices a
 fast path that skips the bad-word and stop-word masks."""
 
 import sys
 from pathlib import Path
 
-import benchmarks.greedy_fast_path_check as check
+import greedy_fast_path as check
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "lmdeploy-0.18.0"
 
