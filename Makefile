@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # tests/conftest.py gives (the toy builds first); PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 2
 export GPTQMODEL_CPU_WORKERS ?= 2
-LINT_PATHS := cli pipeline tests $(wildcard benchmarks/*.py)
+LINT_PATHS := cli pipeline tests $(wildcard benchmarks/*.py) benchmarks/scenarios
 
 .PHONY: install install-gpu test lint typecheck unit demo gpu-check docs clean
 
@@ -49,7 +49,7 @@ docs:
 	$(BIN)/python -m specq.cli._docs > docs/cli.md
 
 gpu-check:
-	$(BIN)/python benchmarks/gpu_check.py --out gpu-check $(GPU_CHECK_ARGS)
+	$(BIN)/python benchmarks/gpu.py check --out gpu-check $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache specq-out

@@ -181,7 +181,7 @@ STEP_COST_CURVE = StepCostCurve(
 
 
 def load_curve(path: str | None = None) -> StepCostCurve:
-    """The curve specq predicts with: `path` (a JSON file written by `benchmarks/twin_gpu.py`, or the
+    """The curve specq predicts with: `path` (a JSON file written by `benchmarks/scenarios/twin.py`, or the
     SPECQ_STEP_COST_CURVE environment variable naming one) when given, else the built-in `STEP_COST_CURVE`."""
     import json
     import os

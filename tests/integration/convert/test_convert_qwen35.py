@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.qwen35_load_probe import BREAKS, make_broken
+from benchmarks.scenarios.qwen35_load_probe import BREAKS, make_broken
 from specq.pipeline.checkpoint import Checkpoint
 from specq.pipeline.convert import check_readiness
 from specq.pipeline.convert.verdict import ConvertReport
@@ -123,7 +123,9 @@ L0 = "model.language_model.layers.0.linear_attn"
 def test_broken_copies_are_refused_as_lmdeploy_fails(
     qwen35_quantized: dict[str, Path], tmp_path: Path, case: str, rule: str, expect: str
 ) -> None:
-    assert BREAKS[case][0] == rule  # the GPU probe (benchmarks/qwen35_load_probe.py) breaks the same rule
+    assert (
+        BREAKS[case][0] == rule
+    )  # the GPU probe (benchmarks/scenarios/qwen35_load_probe.py) breaks the same rule
     broken = make_broken(qwen35_quantized["awq"], tmp_path / case, case)
     report = check_readiness(broken, write_manifest=False)
     pt = report.verdict("pytorch")
@@ -136,10 +138,10 @@ def test_broken_copies_are_refused_as_lmdeploy_fails(
 def test_load_probe_cases_carry_the_predictions_the_gpu_run_checks(
     qwen35_quantized: dict[str, Path], tiny_qwen35: Path, tmp_path: Path
 ) -> None:
-    """benchmarks/qwen35_load_probe.py make: the AWQ copy launched plain must load in bf16 (the compatibility
+    """The qwen35-load-probe scenario's make: the AWQ copy launched plain must load in bf16 (the compatibility
     patch), the unquantized target with MTP must load with the --dtype specq serve would pass, no_mtp is cut
     from it."""
-    from benchmarks.qwen35_load_probe import READY, make
+    from benchmarks.scenarios.qwen35_load_probe import READY, make
 
     make(qwen35_quantized["awq"], tmp_path / "probe", tiny_qwen35)
     cases = json.loads((tmp_path / "probe" / "cases.json").read_text())

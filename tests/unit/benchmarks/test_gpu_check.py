@@ -1,4 +1,4 @@
-"""benchmarks/gpu_check.py's tables on the real outputs of the H200 run of 2026-12-01 23:50 UTC: the bench
+"""The check scenario's tables on the real outputs of the H200 run of 2026-12-01 23:50 UTC: the bench
 report of the Qwen3.5 toy's DFlash sweep on its held-out prefixes, and `specq draft eval` on the same prompts
 there."""
 
@@ -6,7 +6,7 @@ import gzip
 import json
 from pathlib import Path
 
-from benchmarks.gpu_check import budgeted_step, offline_vs_served, tau_table
+from benchmarks.scenarios.check import budgeted_step, offline_vs_served, tau_table
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 

@@ -1,4 +1,4 @@
-"""benchmarks/spec_step_profile.py's pieces that run without a GPU: option sets from the command line, the
+"""The spec-step-profile scenario's pieces that run without a GPU: option sets from the command line, the
 step-patch option set as specq's config reads it, and waiting for a trace the profiler is still writing."""
 
 import gzip
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchmarks.spec_step_profile import OPTIONS, parse_env_option, wait_complete
+from benchmarks.scenarios.spec_step_profile import OPTIONS, parse_env_option, wait_complete
 from specq.pipeline.config.loader import env_layer
 from specq.pipeline.config.models import SpecqConfig
 

@@ -1,4 +1,4 @@
-"""benchmarks/twin_gpu.py's arithmetic and its contract with specq: the emulated memory fraction, the peaks
+"""The twin scenario's arithmetic and its contract with specq: the emulated memory fraction, the peaks
 set against the plan for the same draft-token count, and a step-cost curve file that bench and draft eval
 read (`SPECQ_STEP_COST_CURVE`)."""
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchmarks.twin_gpu import (
+from benchmarks.scenarios.twin import (
     QWEN3_SHAPES,
     STEPS,
     MemoryTimeline,
@@ -117,7 +117,7 @@ def test_wave_points_are_tau_over_the_decode_rate_speedup_against_the_same_sizes
 def test_the_memory_runs_long_prompt_fills_the_prefill_budget(tmp_path):
     """One prompt of the card's prefill budget (less a margin) in the twin's own tokenizer, so the run
     reaches the logits reserve and activations the plan counts; three short ones beside it."""
-    from benchmarks.twin_gpu import write_prompts
+    from benchmarks.scenarios.twin import write_prompts
     from specq.pipeline.twin.tokenizer import write_tokenizer
 
     cfg = {

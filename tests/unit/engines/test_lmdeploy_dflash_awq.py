@@ -3,7 +3,7 @@
 applied in memory to the recorded sha256, and, in a child process that imports the proposer through the
 hook, `DFlash.build_model` handing the drafter's own quantization config to the draft build while the
 target's build context stays as it was. That the 4-bit drafter then loads and serves is a GPU run
-(benchmarks/twin_gpu.py, step memory-dflash4)."""
+(benchmarks/scenarios/twin.py, step memory-dflash4)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """specq's W4A16 kernel (pipeline/kernels/w4a16.py) on the CPU: the layouts in torch, the kernels' logic under
 Triton's interpreter (interp_checks.py in a child process), the configuration cache. Its speed and its
-bitwise checks on a GPU are recorded in docs/w4a16.md (benchmarks/w4a16_kernel.py)."""
+bitwise checks on a GPU are recorded in docs/w4a16.md (benchmarks/scenarios/w4a16_kernel.py)."""
 
 from __future__ import annotations
 

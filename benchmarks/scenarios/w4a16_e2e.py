@@ -3,7 +3,7 @@ commands: plain decoding with specq's kernel and with LMDeploy's Triton kernel, 
 (`qwen3_5_mtp`, DFlash) with specq's, side by side on one GPU. Needs LMDeploy 0.18 (PyTorch engine, tilelang
 and flash-linear-attention for Qwen3.5) and, for speculation, FlashAttention-3 (`specq fa3 build`).
 
-    python benchmarks/w4a16_e2e.py --out /tmp/w4e2e --report-dir "$OUT" [--budget 540]
+    python benchmarks/gpu.py w4a16-e2e --out /tmp/w4e2e --report-dir "$OUT" [--budget 540]
         [--waves 'plain:specq,plain:lmdeploy;mtp1,mtp2,mtp3;dflash3,dflash7,dflash15'] [--bf16]
 
 --out holds the twin (about 20 GB; kept off the fetched directory); --report-dir the small files.
@@ -29,16 +29,14 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_check import budgeted_step, specq  # noqa: E402
-from twin_gpu import decode_rate  # noqa: E402
+from .check import budgeted_step, specq
+from .twin import decode_rate
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "twin" / "qwen3_5-27b-config.json"
 WAVES = "plain:specq,plain:lmdeploy,mtp1,mtp3;mtp2,dflash3,dflash7,dflash15"
 PORT = 24300
@@ -233,8 +231,3 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(md), flush=True)
     shutil.rmtree(out / "scratch", ignore_errors=True)
     return 0
-
-
-if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    sys.exit(main())

@@ -2,9 +2,9 @@
 the small toy target (built or taken from the toy cache), or `--model DIR`, quantized to symmetric 4-bit GPTQ
 (group 128, no act-order) here on CPU with gptqmodel. Writes ROOT/model and ROOT/gptq, and for the toy
 ROOT/heldout.jsonl (`specq toy prompts`: its held-out code prefixes, made here because the held-out split is
-this interpreter's standard library), which `benchmarks/gpu_check.py --small-root ROOT` benches on.
+this interpreter's standard library), which `benchmarks/scenarios/check.py --small-root ROOT` benches on.
 
-    PYTHONPATH=. python benchmarks/gptq_for_gpu_check.py .device/quant [--model DIR]
+    python benchmarks/gpu.py gptq-toy .device/quant [--model DIR]
     # then, on the GPU machine: SPECQ_GPU_QUANT_ROOT=.device/quant pytest -m gpu tests/gpu/test_convert_gpu.py
 """
 
@@ -15,11 +15,11 @@ import shutil
 from pathlib import Path
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("root", type=Path, nargs="?", default=Path(".device/quant"))
     ap.add_argument("--model", type=Path, help="unquantized model directory (default: the small toy target)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     from tests.integration.convert.conftest import quantize_gptq
 
@@ -36,7 +36,3 @@ def main() -> None:
     shutil.copytree(model, root / "model")
     quantize_gptq(root / "model", root, "cpu")
     print(f"wrote {root / 'model'} and {root / 'gptq'}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Where a speculative step's time goes on LMDeploy's PyTorch engine, and what launch options change it.
 
-    python benchmarks/spec_step_profile.py TARGET --draft-model DRAFTER --out DIR
+    python benchmarks/gpu.py spec-step-profile TARGET --draft-model DRAFTER --out DIR
         [--draft-tokens 0,15] [--options default,eager] [--profile default] [--requests 8 --max-tokens 128]
 
 For every launch option set and every k it starts `specq serve` (k = 0: the plain baseline), measures it with
@@ -266,7 +266,7 @@ def table(results: list[dict[str, Any]]) -> list[str]:
     return rows
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("target", type=Path)
     ap.add_argument("--draft-model", type=Path, required=True)
@@ -284,7 +284,7 @@ def main() -> int:
         "--env-option", action="append", default=[], metavar="NAME:VAR=VALUE[,VAR=VALUE]",
         help="an option set of environment variables (repeatable), named in --options like the built-in ones",
     )  # fmt: skip
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     for text in args.env_option:
         name, env = parse_env_option(text)
         OPTIONS[name] = ([], env)
@@ -301,8 +301,3 @@ def main() -> int:
     (args.out / "steps.md").write_text("\n".join(rows) + "\n")
     print("\n".join(rows))
     return 0 if all("error" not in r for r in results) else 1
-
-
-if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    sys.exit(main())

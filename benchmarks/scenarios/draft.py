@@ -2,7 +2,7 @@
 and print its offline acceptance (τ). LMDeploy cannot speculate on that machine (no FlashAttention-3), so
 the served speedup stays unmeasured; the printed speedups are the `specq.pipeline.speedup` prediction.
 
-Usage: python benchmarks/draft_gpu.py OUT_DIR [--steps 2000] [--size medium]"""
+Usage: python benchmarks/gpu.py draft OUT_DIR [--steps 2000] [--size medium]"""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from specq.pipeline.draft import DraftTrainRequest, train_drafter
 from specq.pipeline.toy import ToyRequest, build_toy_pair
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
     ap.add_argument("--size", default="medium")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--block-size", type=int, default=8)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     t0 = time.perf_counter()
     pair = build_toy_pair(ToyRequest(size=args.size, seed=0), progress=lambda m: print("toy:", m, flush=True))
     print(f"toy pair ({args.size}) ready in {time.perf_counter() - t0:.0f}s: {pair.target}", flush=True)
@@ -45,7 +45,3 @@ def main() -> None:
         f"medium toy drafter: tau {ev.tau:.2f}, acceptance {ev.acceptance_by_position}, "
         f"train {report.train_seconds:.0f}s, total {report.total_seconds:.0f}s"
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -1,14 +1,14 @@
 """`make gpu-check`: the seed's pipeline on a CUDA machine, run by specq's own commands, every report under
 one directory.
 
-    python benchmarks/gpu_check.py --out gpu-check --fa3-source DIR [--small-root ROOT] [--sizes small,medium]
+    python benchmarks/gpu.py check --out gpu-check --fa3-source DIR [--small-root ROOT] [--sizes small,medium]
         [--steps toy,fa3,doctor,awq,draft,bench,plan,tests] [--draft-tokens 3,5,7,11,15]
         [--bench-targets small-awq] [--workload heldout|code] [--trials N] [--budget SECONDS] [--quick]
 
 Steps, in order (a failing step is recorded and the next one runs; `summary.json` lists each step's exit code,
 time and output; `sweeps.md` the tables):
 - toy: the targets. small: `ROOT/model` from `--small-root` (the CPU-built toy target that
-  `benchmarks/gptq_for_gpu_check.py ROOT` also quantized to `ROOT/gptq`), else `specq toy build`; medium:
+  `benchmarks/scenarios/gptq_toy.py ROOT` also quantized to `ROOT/gptq`), else `specq toy build`; medium:
   `specq toy build --size medium` on the GPU.
 - fa3: `specq fa3 build --source DIR TARGETS` — FlashAttention-3 for the served models' head dims and dtypes,
   self-checked against torch's attention, installed into this environment. Without `--fa3-source` the step
@@ -25,7 +25,7 @@ time and output; `sweeps.md` the tables):
 - bench: `specq bench … --engine lmdeploy --backend pytorch --method dflash --draft-tokens LIST` for every
   target (bf16 per size, and the AWQ targets) against its k = 0 baseline. The workload (`--workload heldout`,
   the default): the toy's held-out code prefixes in completion mode (`specq toy prompts`), made where the toy
-  was built — ROOT/heldout.jsonl for `--small-root` (`gptq_for_gpu_check.py` writes it), made here for toys
+  was built — ROOT/heldout.jsonl for `--small-root` (`scenarios/gptq_toy.py` writes it), made here for toys
   built here. The toys learnt raw code, and on chat prompts their greedy answers loop (H200,
   2026-12-01 23:50 UTC, docs/verification.md); `--workload code` benches the code suite's chats as
   before 2026-12-02.
@@ -190,7 +190,7 @@ def plan_vs_measured(plan: dict[str, Any], report: dict[str, Any]) -> dict[str, 
     return {"planned_peak_bytes": planned, "nvml_peak_bytes": measured, "rel_diff": rel}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("gpu-check"))
     ap.add_argument("--steps", default=",".join(STEPS))
@@ -198,7 +198,7 @@ def main() -> int:
     ap.add_argument(
         "--fa3-source", type=Path, help="a flash-attention checkout (the directory holding hopper/)"
     )
-    ap.add_argument("--small-root", type=Path, help="ROOT/model and ROOT/gptq from gptq_for_gpu_check.py")
+    ap.add_argument("--small-root", type=Path, help="ROOT/model and ROOT/gptq from the gptq-toy scenario")
     ap.add_argument("--calib", type=Path, help="calibration JSONL for quant (default: ROOT/calib.jsonl)")
     ap.add_argument("--draft-tokens", default="3,5,7,11,15")
     ap.add_argument("--bench-targets", help="bench only these targets (e.g. small-awq); default: all")
@@ -209,7 +209,7 @@ def main() -> int:
     )
     ap.add_argument("--quick", action="store_true", help="fewer requests and draft steps")
     ap.add_argument("--summary", default="summary.json", help="file under --out that step results append to")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     steps, sizes = args.steps.split(","), args.sizes.split(",")
@@ -352,8 +352,3 @@ def main() -> int:
         step("tests", cmd, 900, env)
     summary.write_text(json.dumps(results, indent=1))
     return 0 if all(r["exit"] == 0 for r in results) else 1
-
-
-if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    sys.exit(main())

@@ -1,8 +1,8 @@
 """The 4-bit Qwen3.5 toy speculating on LMDeploy 0.18.0 through specq's compatibility patch, on an H200, run
 detached in two phases with a budget (docs/verification.md).
 
-    python benchmarks/gpu_check_qwen35_awq.py prep  --root ROOT --awq AWQ --fa3-source DIR --out OUT
-    python benchmarks/gpu_check_qwen35_awq.py bench --root ROOT --awq AWQ --prompts FILE --out OUT
+    python benchmarks/gpu.py check-qwen35-awq prep  --root ROOT --awq AWQ --fa3-source DIR --out OUT
+    python benchmarks/gpu.py check-qwen35-awq bench --root ROOT --awq AWQ --prompts FILE --out OUT
         [--mtp-tokens 1..4] [--dflash-tokens 3..7] [--trials 2] [--budget 1200]
 
 ROOT/target is the bf16 Qwen3.5-shaped toy (`specq toy build --arch qwen3.5`), AWQ its copy made on the CPU
@@ -32,12 +32,10 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_check import budgeted_step, specq, sweep_table  # noqa: E402
+from .check import budgeted_step, specq, sweep_table
 
 
 def _record(out: Path, phase: str, results: list[dict]) -> None:
@@ -188,7 +186,7 @@ def bench(args: argparse.Namespace, out: Path, deadline: float) -> list[dict]:
     return results
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("phase", choices=("prep", "bench"))
     ap.add_argument("--root", type=Path, required=True, help="a `specq toy build --arch qwen3.5` (target/)")
@@ -204,7 +202,7 @@ def main() -> int:
     ap.add_argument("--draft-samples", default="1024")
     ap.add_argument("--trials", default="2")
     ap.add_argument("--budget", type=float, default=1200.0, help="seconds for the phase")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.budget
@@ -217,8 +215,3 @@ def main() -> int:
             ap.error("bench needs --prompts")
         results = bench(args, out, deadline)
     return 0 if all(r.get("exit") in (0, None) for r in results) else 1
-
-
-if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    sys.exit(main())

@@ -2,9 +2,9 @@
 `specq.pipeline.engines.qwen35` predicts LMDeploy 0.18 refuses, each launched with LMDeploy's own
 `api_server`, and the error it dies with compared with the finding's `expect`.
 
-    python benchmarks/qwen35_load_probe.py make AWQ_DIR OUT [--target BF16_DIR]
+    python benchmarks/gpu.py qwen35-load-probe make AWQ_DIR OUT [--target BF16_DIR]
                                                      # CPU: OUT/<case>/ and OUT/cases.json
-    python benchmarks/qwen35_load_probe.py run OUT [--cases a,b] [--results results.json]
+    python benchmarks/gpu.py qwen35-load-probe run OUT [--cases a,b] [--results results.json]
                                                      # GPU: OUT/<case>.log and OUT/results.json
 
 `make` writes each broken copy and what `specq convert` says of it (status, rule, expected error, and the
@@ -236,7 +236,7 @@ def run(out: Path, only: list[str] | None, timeout: float, name: str) -> int:
     return 0 if all(r["as_predicted"] for r in results.values()) else 1
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("make")
@@ -248,12 +248,8 @@ def main() -> int:
     r.add_argument("--cases", help="comma list (default: all)")
     r.add_argument("--timeout", type=float, default=240.0)
     r.add_argument("--results", default="results.json", help="file under OUT for the outcomes")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.cmd == "make":
         make(args.awq, args.out, args.target)
         return 0
     return run(args.out, args.cases.split(",") if args.cases else None, args.timeout, args.results)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,7 +2,7 @@
 against LMDeploy 0.18's Triton AWQ kernel (as its PyTorch engine calls it, casts included), torch's tinygemm
 (`_weight_int4pack_mm`), gemlite's A16W4 and bf16 `F.linear`, at M = 1, 2, 4, 8, 16 rows.
 
-    python benchmarks/w4a16_kernel.py --out DIR [--shapes gate_up,down,...] [--rows 1,2,4,8,16]
+    python benchmarks/gpu.py w4a16-kernel --out DIR [--shapes gate_up,down,...] [--rows 1,2,4,8,16]
         [--tune] [--candidates all|quick] [--iters 20]
 
 Timing: each measurement is a CUDA graph that runs the op once on each of R copies of the weights (R so
@@ -281,7 +281,3 @@ def tables(result: dict[str, Any], rows: list[int], kernels: list[str]) -> str:
     if result.get("errors"):
         lines += ["", f"Errors: {result['errors']}"]
     return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,7 +3,7 @@
 23:50 UTC: FA3 148 s, probe 167 s, eval 127 s, the DFlash bench 633 s with `--trials 2`; MTP did not fit
 after it. Half an hour holds one bench: pick it with `--methods`.
 
-    python benchmarks/gpu_check_qwen35.py --root ROOT --fa3-source DIR [--out gpu-check-qwen35]
+    python benchmarks/gpu.py check-qwen35 --root ROOT --fa3-source DIR [--out gpu-check-qwen35]
         [--awq-target DIR] [--prompts FILE] [--drafter DIR] [--draft-tokens 3..6]
         [--methods qwen3_5_mtp,dflash] [--trials 3] [--budget 570]
 
@@ -15,8 +15,8 @@ is below its reserve:
 - draft (unless `--drafter DIR` names one, e.g. trained on CPU where the toy was built): `specq draft train
   ROOT/target --device cuda --block-size 8`: a DFlash drafter for the hybrid target.
 - probe (with `--awq-target`, an AWQ copy made on CPU by `specq quantize --for plain`):
-  `benchmarks/qwen35_load_probe.py make AWQ OUT --target ROOT/target` + `run` — LMDeploy launched on the AWQ
-  copy (refused: AWQ runs in fp16, the Gated DeltaNet state in bf16), on the bf16 target with MTP (must
+  the `qwen35-load-probe` scenario's `make AWQ OUT --target ROOT/target` + `run` — LMDeploy launched on the
+  AWQ copy (refused: AWQ runs in fp16, the Gated DeltaNet state in bf16), on the bf16 target with MTP (must
   load) and on copies broken the ways `specq convert` predicts it refuses, each outcome against the
   prediction (`probe/results.json`). There is no AWQ bench: specq refuses a quantized Qwen3.5 on the
   PyTorch engine up front (engines/qwen35.py). It runs before the benches: 2 minutes that decide verdicts.
@@ -33,22 +33,20 @@ LMDeploy's PyTorch engine needs flash-linear-attention and tilelang (with z3-sol
 layers on CUDA, at the versions lmdeploy's wheel requires (tilelang==0.1.11 for 0.18.0); a source tree
 without metadata, as on the project's H200, gets neither. `specq bench` refuses up front without them or
 at another version (H200 runs of 2026-12-01 06:33 and 10:55 UTC: docs/verification.md). `sweeps.md` holds
-one Markdown table per sweep (benchmarks/gpu_check.py's `sweep_table`)."""
+one Markdown table per sweep (benchmarks/scenarios/check.py's `sweep_table`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_check import budgeted_step, specq, sweep_table  # noqa: E402
+from .check import budgeted_step, specq, sweep_table
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--root", type=Path, required=True, help="a CPU-built `specq toy build --arch qwen3.5`")
     ap.add_argument("--fa3-source", type=Path, help="a flash-attention checkout (the directory with hopper/)")
@@ -61,7 +59,7 @@ def main() -> int:
     ap.add_argument("--drafter", type=Path, help="a DFlash drafter for ROOT/target (default: train one)")
     ap.add_argument("--trials", default="3")
     ap.add_argument("--budget", type=float, default=570.0, help="seconds for the whole script")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     methods = args.methods.split(",")
     if unknown := [m for m in methods if m not in ("qwen3_5_mtp", "dflash")]:
         ap.error(f"--methods: unknown {', '.join(unknown)} (choose from qwen3_5_mtp, dflash)")
@@ -108,7 +106,7 @@ def main() -> int:
         )  # fmt: skip
         step("draft", cmd, 300)
     if args.awq_target:
-        probe = [sys.executable, str(Path(__file__).resolve().parent / "qwen35_load_probe.py")]
+        probe = [sys.executable, str(Path(__file__).resolve().parents[1] / "gpu.py"), "qwen35-load-probe"]
         make = [*probe, "make", str(args.awq_target), str(out / "probe"), "--target", str(target)]
         if step("probe-make", make, 30)["exit"] == 0:
             step("probe", [*probe, "run", str(out / "probe"), "--timeout", "150"], 170)
@@ -126,8 +124,3 @@ def main() -> int:
     (out / "sweeps.md").write_text("\n".join(tables))
     print("\n".join(tables), flush=True)
     return 0 if all(r.get("exit") == 0 for r in results) else 1
-
-
-if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    sys.exit(main())

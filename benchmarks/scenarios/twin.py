@@ -5,7 +5,7 @@ its 4-bit drafter against the bf16 one's), all through specq's own commands. Nee
 (PyTorch engine, with tilelang and flash-linear-attention for Qwen3.5) and FlashAttention-3 installed by the
 caller (`specq fa3 build`; bf16 head dims 256 for the 27B, 128 for the Qwen3 twins).
 
-    python benchmarks/twin_gpu.py --out /tmp/twin-gpu --report-dir "$OUT" [--budget 1500] [--gpu-memory 24GiB]
+    python benchmarks/gpu.py twin --out /tmp/twin-gpu --report-dir "$OUT" [--budget 1500] [--gpu-memory 24GiB]
         [--session-len 8192] [--mtp-tokens 3] [--dflash-tokens 7] [--waves '27b:0,1,3,7,15;...']
         [--steps twins,memory-mtp,memory-dflash,memory-dflash4,curve]
 
@@ -52,17 +52,15 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_check import budgeted_step, specq  # noqa: E402
+from specq.pipeline.bench.telemetry import TelemetrySampler
 
-from specq.pipeline.bench.telemetry import TelemetrySampler  # noqa: E402
+from .check import budgeted_step, specq
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "twin" / "qwen3_5-27b-config.json"
 STEPS = ("twins", "memory-mtp", "memory-dflash", "memory-dflash4", "curve")
 # wave sizes that are another size's target with another drafter: (that size, the twin's drafter directory)
@@ -298,7 +296,7 @@ def curve_document(points: list[dict[str, Any]], hardware: str, commit: str) -> 
             "date": dt.date.today().isoformat(),
             "commit": commit,
             "method": "dflash",
-            "note": "benchmarks/twin_gpu.py: random-weight twins, random 5-layer DFlash drafter (τ ≈ 1), "
+            "note": "benchmarks/gpu.py twin: random-weight twins, random 5-layer DFlash drafter (τ ≈ 1), "
             "servers of a wave started together and measured one at a time",
             "points": [  # the bf16 drafter's: a 4-bit drafter's step is another curve (drafter_comparison)
                 {key: p[key] for key in ("label", "params", "weight_bytes", "k", "cost") if p.get(key)}
@@ -421,7 +419,7 @@ def _commit() -> str:
         return "unknown"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("twin-gpu"))
     ap.add_argument("--budget", type=float, default=1500.0, help="seconds for the whole run")
@@ -437,7 +435,7 @@ def main() -> int:
     ap.add_argument(
         "--report-dir", type=Path, help="also copy the summary, tables and step outputs here (e.g. $OUT)"
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     steps = args.steps.split(",")
@@ -671,8 +669,3 @@ def run_wave(
             pt["base_decode_rate"] = decode_rate(by_k.get(0) or plain)
         results["curve"] += pts
     save()
-
-
-if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    sys.exit(main())
