@@ -1050,21 +1050,21 @@ def _finish(plan: MemoryPlan, t: _Model, d: _Model | None, safety: int) -> None:
         plan.advice.append(f"--batch {plan.max_batch_at_session_len} (the largest that fits {want})")
 
 
-def fits(cfg: SpecqConfig, *, gpu_memory_bytes: int | None = None) -> str | None:
-    """Serve preflight: None when `cfg`'s model (and draft) fit the GPU, else a one-line reason with the fix.
-    Also None when no GPU size is known (the GPU preflight reports that) or no model path is set."""
-    if not cfg.model.model_path:
+def fits(request: PlanRequest, *, gpu_memory_bytes: int | None = None) -> str | None:
+    """Serve preflight: None when `request`'s model (and draft) fit the GPU at the server's own
+    `cache_max_entry_count`, else a one-line reason with the fix. Also None when no GPU size is known (the GPU
+    preflight reports that) or no model is set."""
+    if not request.model:
         return None
-    request = PlanRequest.from_config(cfg)
-    target = Checkpoint(cfg.model.model_path)
-    draft = Checkpoint(cfg.model.draft_model_path) if cfg.model.draft_model_path else None
+    target = Checkpoint(request.model)
+    draft = Checkpoint(request.draft_model) if request.draft_model else None
     try:
         plan = plan_memory(
             target,
             draft,
             request,
             gpu_memory_bytes=gpu_memory_bytes,
-            cache_max_entry_count=cfg.engine.cache_max_entry_count,
+            cache_max_entry_count=request.engine.cache_max_entry_count,
         )
     except EnvironmentMissing:
         return None
@@ -1078,9 +1078,8 @@ def fits(cfg: SpecqConfig, *, gpu_memory_bytes: int | None = None) -> str | None
                 f"; it fits with engine.cache_max_entry_count {rec.cache_max_entry_count} and LMDeploy "
                 f"--max-prefill-token-num {rec.max_prefill_token_num}"
             )
-    reason = plan.verdict + (
-        f" with cache_max_entry_count {cfg.engine.cache_max_entry_count}" if plan.engine == "lmdeploy" else ""
-    )
+    ratio = request.engine.cache_max_entry_count
+    reason = plan.verdict + (f" with cache_max_entry_count {ratio}" if plan.engine == "lmdeploy" else "")
     return f"VRAM plan: {reason}{fix} (see `specq plan`)"
 
 

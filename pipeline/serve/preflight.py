@@ -254,7 +254,7 @@ def vram_problem(request: ServeRequest) -> str | None:
     from ..plan import fits
 
     try:
-        return fits(request.planner_config())
+        return fits(request.plan_request())
     except InputError:  # a config the planner cannot read: LMDeploy reports what it cannot load
         return None
 

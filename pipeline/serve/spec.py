@@ -13,10 +13,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import hardware
 from ..checkpoint import Checkpoint, validate_checkpoint
-from ..config.models import EngineSection, ModelSection, PlanSection, SpecqConfig, SpeculativeSection
+from ..config.models import EngineSection, PlanSection, SpecqConfig
 from ..engines import ServerName
 from ..engines.parallel import tp_problems
 from ..engines.speculation import KIND_TO_METHOD, MTP_METHODS, check_draft
@@ -24,6 +25,9 @@ from ..engines.turbomind import check_quantized_tensors
 from ..errors import EnvironmentMissing, UsageError
 from ..progress import Progress, null_progress
 from .process import free_port
+
+if TYPE_CHECKING:
+    from ..plan import PlanRequest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +73,7 @@ class ServeRequest:
     port: int | None = None  # None: a free port
     model_name: str | None = None
     options: ServerOptions = ServerOptions()
-    # `specq plan`'s own settings, for the VRAM preflight (plan.fits reads a whole config: `planner_config`)
+    # `specq plan`'s own settings, for the VRAM preflight (`plan_request`)
     plan: PlanSection = dataclasses.field(default_factory=PlanSection)
 
     @classmethod
@@ -96,21 +100,20 @@ class ServeRequest:
             model_name=m.model_name, options=options, plan=cfg.plan.model_copy(),
         )  # fmt: skip
 
-    def planner_config(self) -> SpecqConfig:
-        """The config `specq plan` would read for this request (its memory model takes a whole config)."""
+    def plan_request(self) -> PlanRequest:
+        """What `specq plan` reads for this request: the served paths and count, the launch settings its
+        memory model depends on, and `[plan]` with the prefill budget the server is launched with."""
+        from ..plan import PlanRequest
+
         o = self.options
         engine = {
             "engine": self.server, "backend": self.backend, "dtype": o.dtype, "session_len": o.session_len,
             "cache_max_entry_count": o.cache_max_entry_count, "max_batch_size": o.max_batch_size,
             "eager_mode": o.eager_mode, "tp": o.tp,
         }  # fmt: skip
-        return SpecqConfig(
-            model=ModelSection(
-                model_path=self.model_path, draft_model_path=self.draft_model_path,
-                draft_tokens=self.draft_tokens, trust_remote_code=o.trust_remote_code,
-            ),
-            engine=EngineSection.model_validate(engine),
-            speculative=SpeculativeSection.model_validate({"method": self.method}),
+        return PlanRequest(
+            model=self.model_path, draft_model=self.draft_model_path, draft_tokens=self.draft_tokens,
+            method=self.method, engine=EngineSection.model_validate(engine),
             plan=self.plan.model_copy(update={"max_prefill_token_num": o.max_prefill_token_num}),
         )  # fmt: skip
 

@@ -123,15 +123,15 @@ def test_preflight_fits_names_the_fix(ref: tuple[Checkpoint, Checkpoint]) -> Non
         "engine": {"cache_max_entry_count": 0.8},  # LMDeploy's defaults, as the tutorial uses them
         "plan": {"max_prefill_token_num": 8192},
     }
-    reason = fits(resolve_config(PRESET, flags=flags))
+    reason = fits(PlanRequest.from_config(resolve_config(PRESET, flags=flags)))
     assert reason is not None and reason.startswith("VRAM plan: will not fit")
     assert "cache_max_entry_count" in reason and "--max-prefill-token-num" in reason
     flags["engine"] = {"cache_max_entry_count": 0.41}
     flags["plan"] = {"max_prefill_token_num": 512}
-    assert fits(resolve_config(PRESET, flags=flags)) is None
+    assert fits(PlanRequest.from_config(resolve_config(PRESET, flags=flags))) is None
     del flags["engine"], flags["plan"]  # the packaged preset carries settings that fit
-    assert fits(resolve_config(PRESET, flags=flags)) is None
-    assert fits(resolve_config(None)) is None  # no model: nothing to judge
+    assert fits(PlanRequest.from_config(resolve_config(PRESET, flags=flags))) is None
+    assert fits(PlanRequest.from_config(resolve_config(None))) is None  # no model: nothing to judge
 
 
 def test_weights_alone_do_not_fit(ref: tuple[Checkpoint, Checkpoint]) -> None:

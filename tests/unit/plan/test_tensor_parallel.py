@@ -75,10 +75,10 @@ def test_a_session_one_gpu_cannot_hold_fits_on_two(ref: tuple[Checkpoint, Checkp
                        "num_draft_tokens": 5},
              "engine": {"session_len": 32768, "cache_max_entry_count": 0.5},
              "plan": {"gpu_memory": "24GiB", "max_prefill_token_num": 2048}}  # fmt: skip
-    reason = fits(resolve_config(None, flags=flags))
+    reason = fits(PlanRequest.from_config(resolve_config(None, flags=flags)))
     assert reason is not None and reason.startswith("VRAM plan: will not fit")
     flags["engine"]["tp"] = 2
-    assert fits(resolve_config(None, flags=flags)) is None
+    assert fits(PlanRequest.from_config(resolve_config(None, flags=flags))) is None
 
 
 def eagle3(root: Path, heads: int) -> Checkpoint:
