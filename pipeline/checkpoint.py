@@ -195,6 +195,24 @@ def dflash_block_size(config: Mapping[str, Any]) -> int | None:
     return int(bs) if isinstance(bs, int) and not isinstance(bs, bool) else None
 
 
+def read_config(cfg: Path) -> dict[str, Any]:
+    """A model's `config.json` (at any path), parsed and its keys' types checked: InputError (exit 2) names
+    the file and what is wrong with it."""
+    try:
+        raw = cfg.read_bytes()
+        config = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise decode_error(e, cfg) from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{cfg}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise InputError(f"{cfg}: nested too deeply to be a model config") from None
+    problem = config_type_problem(config)
+    if problem:
+        raise InputError(f"{cfg}: {problem}; fix config.json or copy it again from the original model")
+    return config  # type: ignore[no-any-return]
+
+
 class Checkpoint:
     """A model directory: config, tensors (from headers), quantization, and drafter kind."""
 
@@ -205,18 +223,7 @@ class Checkpoint:
         cfg = self.path / "config.json"
         if not cfg.is_file():
             raise InputError(f"{self.path}: no config.json; pass a Hugging Face model directory")
-        try:
-            raw = cfg.read_bytes()
-            self.config: dict[str, Any] = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError as e:
-            raise decode_error(e, cfg) from None
-        except json.JSONDecodeError as e:
-            raise InputError(f"{cfg}: not valid JSON ({e})") from None
-        except RecursionError:
-            raise InputError(f"{cfg}: nested too deeply to be a model config") from None
-        problem = config_type_problem(self.config)
-        if problem:
-            raise InputError(f"{cfg}: {problem}; fix config.json or copy it again from the original model")
+        self.config: dict[str, Any] = read_config(cfg)
 
     @property
     def name(self) -> str:

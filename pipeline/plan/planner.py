@@ -27,13 +27,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..checkpoint import DTYPE_BYTES, Checkpoint, twin_note, validate_checkpoint
-from ..config.models import EngineSection, Method, PlanSection, SpecqConfig
+from ..config.models import EngineSection, Method, PlanSection, SpecqConfig, flag
 from ..engines import ServerName
 from ..engines.parallel import draft_is_sharded, kv_heads_per_gpu, tp_problems
 from ..engines.pytorch import auto_dtype
 from ..engines.qwen35 import serve_dtype
 from ..engines.speculation import KIND_TO_METHOD, target_has_mtp
 from ..errors import ConfigError, EnvironmentMissing, InputError, UsageError
+from .paper import PaperQuant, as_quantized, open_target, paper_note
 from .shapes import ModelShape, estimate_weights, quantized_linear_bytes, shape_from_config
 
 SCHEMA_VERSION = 1
@@ -295,9 +296,15 @@ class PlanRequest(BaseModel):
     method: Method | None = None
     engine: EngineSection = Field(default_factory=EngineSection)
     plan: PlanSection = Field(default_factory=PlanSection)
+    quant: PaperQuant | None = Field(
+        None,
+        description="Plan an unquantized model as the 4-bit checkpoint specq would make of it: awq (what "
+        "quantize --for speculative writes and twin --quant awq builds, the same modules kept in bf16).",
+        json_schema_extra=flag(choices=True),
+    )  # paper.py
 
     @classmethod
-    def from_config(cls, cfg: SpecqConfig) -> PlanRequest:
+    def from_config(cls, cfg: SpecqConfig, *, quant: PaperQuant | None = None) -> PlanRequest:
         return cls(
             model=cfg.model.model_path,
             draft_model=cfg.model.draft_model_path,
@@ -305,6 +312,7 @@ class PlanRequest(BaseModel):
             method=cfg.speculative.method,
             engine=cfg.engine.model_copy(deep=True),
             plan=cfg.plan.model_copy(deep=True),
+            quant=quant,
         )
 
 
@@ -1087,8 +1095,10 @@ def run_plan(cfg: PlanRequest, *, gpu_memory_bytes: int | None = None) -> Memory
     """The stage's entry point: `plan_memory` for the target and drafter directories in `cfg`."""
     if not cfg.model:
         raise InputError("no model to plan: pass MODEL or set model.model_path")
-    # a config-only directory plans from config.json alone (no download needed)
-    target = validate_checkpoint(Checkpoint(cfg.model), tokenizer=False, weights=False, role="target")
+    # a config-only directory, or a bare config.json, plans from the config alone (no download needed)
+    target = validate_checkpoint(open_target(cfg.model), tokenizer=False, weights=False, role="target")
+    if cfg.quant is not None:
+        target = as_quantized(target, cfg.quant)
     draft = Checkpoint(cfg.draft_model) if cfg.draft_model else None
     if draft is not None:
         validate_checkpoint(draft, tokenizer=False, weights=False, role="drafter")
@@ -1104,7 +1114,7 @@ def run_plan(cfg: PlanRequest, *, gpu_memory_bytes: int | None = None) -> Memory
         if ck is not None and (marker := ck.twin) is not None:
             plan.twin[role] = marker
             twins.append(twin_note(role, str(ck.path), marker))
-    plan.notes = twins + plan.notes
+    plan.notes = twins + ([paper_note(cfg.quant)] if cfg.quant is not None else []) + plan.notes
     return plan
 
 

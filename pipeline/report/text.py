@@ -147,6 +147,9 @@ def convert_diagnostics(result: ConvertResult) -> list[str]:
 
 
 def plan_text(p: MemoryPlan, width: int = 100) -> str:
+    """The verdict first ("fits: …" or "will not fit: …"), the table, then what to run with: the recommended
+    settings, or for a plan that does not fit the changes whose own plans fit ("would fit: …"), and the
+    assumptions."""
     from rich.table import Table
 
     per_gpu = f", tp {p.tp}: GPU 0" if p.tp > 1 else ""
@@ -158,11 +161,11 @@ def plan_text(p: MemoryPlan, width: int = 100) -> str:
     table.add_column("note")
     for r in p.rows:
         table.add_row(r.item, f"{r.bytes / 2**30:.2f}", r.note)
-    text = table_text(table, width)
+    text = p.verdict + "\n" + table_text(table, width)
     if p.tp > 1:
         text += table_text(_gpu_table(p), width)
-    lines = [p.verdict]
-    if p.engine == "lmdeploy" and p.cache_max_entry_count is not None:
+    lines = [f"would fit: {a}" for a in p.advice]
+    if p.fits and p.engine == "lmdeploy" and p.cache_max_entry_count is not None:
         lines.append(
             f"recommended: --cache-max-entry-count {p.cache_max_entry_count} "
             f"--max-prefill-token-num {p.max_prefill_token_num} "
@@ -189,10 +192,6 @@ def _gpu_table(p: MemoryPlan) -> Any:
         table.add_row(label, *(f"{getattr(g, field) / 2**30:.2f}" for g in p.gpus))
     table.add_row("fits", *("yes" if g.fits else "NO" for g in p.gpus))
     return table
-
-
-def plan_diagnostics(p: MemoryPlan) -> list[str]:
-    return [f"would fit: {a}" for a in p.advice]
 
 
 def _lines(lines: list[str]) -> str:
