@@ -1,10 +1,12 @@
-"""Decoding for the embedded engine through Hugging Face transformers: plain greedy or sampled generation
-for the baseline, and speculative decoding with a separate draft model through transformers' assisted
-generation with a constant number of draft tokens K. Acceptance is counted from what each verification step
-returned: transformers calls the candidate generator's `update_candidate_strategy(input_ids, scores,
-num_matches)` once per verification step, with the target's logits for the K' drafted positions plus the
-bonus position; K' = scores.shape[1] - 1 and the first num_matches drafted tokens were accepted.
-Imports torch; runs only inside the server child process."""
+"""Decoding for the embedded engine through Hugging Face transformers models. Greedy requests (temperature
+0, no repetition penalty, no logprobs) are decoded by specq's own loop (`decode.py`), plain or speculative
+with a separate draft model and a constant number of draft tokens K, the same loop for both so a sweep's
+baseline and its speculative runs differ only by speculation. Everything else goes through transformers'
+`generate` (sampling), with assisted generation when a draft model is loaded; its acceptance is counted from
+what each verification step returned: transformers calls the candidate generator's
+`update_candidate_strategy(input_ids, scores, num_matches)` once per verification step, with the target's
+logits for the K' drafted positions plus the bonus position; K' = scores.shape[1] - 1 and the first
+num_matches drafted tokens were accepted. Imports torch; runs only inside the server child process."""
 
 from __future__ import annotations
 
@@ -102,7 +104,11 @@ class TokenStream:
         if not self._prompt_skipped:  # transformers first puts the prompt
             self._prompt_skipped = True
             return
-        new = [int(t) for t in value.reshape(-1).tolist()]
+        self.push([int(t) for t in value.reshape(-1).tolist()])
+
+    def push(self, new: list[int]) -> None:
+        """New token ids, as specq's decode loop hands them over (no prompt first)."""
+        self._prompt_skipped = True
         if not new:
             return
         if self.first_token_at is None:
@@ -165,6 +171,17 @@ class Generator:
         self.metrics = metrics
         self.eos_ids = _eos_ids(self.model, self.tokenizer)
         self._lock = threading.Lock()
+        from .decode import eligible
+
+        self.own_loop = eligible(self.model)  # greedy requests go to decode.greedy_decode
+
+    def _greedy(self, req: GenerationRequest) -> bool:
+        return (
+            self.own_loop
+            and req.temperature <= 0
+            and req.repetition_penalty == 1.0
+            and (req.top_logprobs is None)
+        )
 
     def _install_acceptance_hook(self) -> None:
         """Wrap, on this model instance only, the factory of transformers' candidate generator so that each
@@ -235,6 +252,9 @@ class Generator:
 
             recorder = LogprobRecorder(req.top_logprobs) if req.top_logprobs is not None else None
             stream = TokenStream(self.tokenizer, counted, recorder, on_tokens)
+            if self._greedy(req):
+                self._decode_greedy(req, stream, cancel)
+                return self._finish(req, stream, start)
             input_ids = torch.tensor([req.prompt_ids], dtype=torch.long, device=self.model.device)
             kwargs: dict[str, Any] = {
                 "max_new_tokens": req.max_new_tokens,
@@ -262,15 +282,34 @@ class Generator:
                 kwargs["assistant_model"] = self.draft
             with torch.inference_mode():
                 self.model.generate(input_ids, **kwargs)
-            e2e = time.perf_counter() - start
-            ids = stream.ids
-            hit_eos = bool(ids) and ids[-1] in self.eos_ids
-            finish = "stop" if hit_eos or len(ids) < req.max_new_tokens else "length"
-            ttft = (stream.first_token_at - start) if stream.first_token_at is not None else None
-            if self.metrics is not None:
-                self.metrics.finish_request(e2e, ttft)
-            text = str(self.tokenizer.decode(ids, skip_special_tokens=True))
-            return GenerationResult(ids, text, finish, len(req.prompt_ids), ttft, e2e)
+            return self._finish(req, stream, start)
+
+    def _decode_greedy(
+        self, req: GenerationRequest, stream: TokenStream, cancel: threading.Event | None
+    ) -> None:
+        from .decode import greedy_decode
+
+        min_new = req.max_new_tokens if req.ignore_eos else min(req.min_new_tokens, req.max_new_tokens)
+        metrics = self.metrics
+        greedy_decode(
+            self.model, req.prompt_ids, max_new_tokens=req.max_new_tokens, emit=stream.push,
+            draft=self.draft, draft_tokens=self.draft_tokens, min_new_tokens=min_new,
+            eos_ids=self.eos_ids,  # ignore_eos: masked until max_new_tokens, as generate does
+            on_verification=metrics.record_verification if metrics is not None else None,
+            cancelled=(lambda: cancel.is_set()) if cancel is not None else (lambda: False),
+        )  # fmt: skip
+        stream.end()
+
+    def _finish(self, req: GenerationRequest, stream: TokenStream, start: float) -> GenerationResult:
+        e2e = time.perf_counter() - start
+        ids = stream.ids
+        hit_eos = bool(ids) and ids[-1] in self.eos_ids
+        finish = "stop" if hit_eos or len(ids) < req.max_new_tokens else "length"
+        ttft = (stream.first_token_at - start) if stream.first_token_at is not None else None
+        if self.metrics is not None:
+            self.metrics.finish_request(e2e, ttft)
+        text = str(self.tokenizer.decode(ids, skip_special_tokens=True))
+        return GenerationResult(ids, text, finish, len(req.prompt_ids), ttft, e2e)
 
 
 def _content(m: dict[str, Any]) -> str:
