@@ -28,6 +28,10 @@ STAGES = ("toy pair", "quantize", "convert", "serve + bench")
 
 # Measured trials per run: two by default, so the spread is shown; --quick (what CI runs): one.
 TRIALS = 2
+# The toy pair each demo runs on: the demo pair (an 8-layer target next to a 1-layer draft, so that a
+# speculative step costs a fraction of k + 1 plain steps: docs/toy.md), and for --quick the small pair the
+# test suite builds anyway (the pipeline runs; speculation does not pay on it).
+DEMO_SIZE, QUICK_SIZE = "demo", "small"
 
 
 class DemoResult(BaseModel):
@@ -45,6 +49,7 @@ class DemoResult(BaseModel):
     summary_table: str
     best_k: dict[str, Any] | None = None
     toy_cache: str = ""  # where the toy pair lives: ${SPECQ_CACHE:-~/.cache/specq}/toy
+    toy_size: str = DEMO_SIZE  # which toy pair (`specq toy build --size`)
     trials: int = 1
     noise: list[str] = Field(
         default_factory=list
@@ -99,7 +104,8 @@ def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_
             progress(f"── stage {i + 1}/{len(STAGES)}: {STAGES[i]}")
 
     stage(0)
-    pair = build_toy_pair(ToyRequest(size="small"), progress=progress)
+    size = QUICK_SIZE if quick else DEMO_SIZE
+    pair = build_toy_pair(ToyRequest(size=size), progress=progress)
     toy_report = pair.load_report()
 
     stage(1)
@@ -147,6 +153,7 @@ def run_demo(out: str | Path, *, quick: bool = False, progress: Progress = null_
         summary_table=render(report, "table"),
         best_k=report.best_k.model_dump(mode="json") if report.best_k else None,
         toy_cache=str(cache_root()),
+        toy_size=size,
         trials=cfg.bench.trials or 1,
         noise=noise_warnings(report),
     )

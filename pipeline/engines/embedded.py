@@ -45,9 +45,14 @@ def embedded_verdict(target: Checkpoint) -> EngineVerdict:
     return EngineVerdict(engine="embedded", status="accepted")
 
 
-def load_quantized(path: Path, device: str) -> Any:
+def load_quantized(path: Path, device: str, dtype: Any = None) -> Any:
     """A quantized checkpoint as an eval-mode torch model on `device`: gptqmodel for GPTQ/AWQ (it runs both
-    formats on CPU and CUDA; transformers itself would need optimum), transformers for the rest."""
+    formats on CPU and CUDA; transformers itself would need optimum), transformers for the rest. `dtype` (a
+    torch dtype) is what the unquantized parts and activations run in; None: the checkpoint's. On CPU the
+    embedded engine asks for float32: gptqmodel's int4 CPU kernel computes in bf16 either way, but in a
+    bf16 model the logits are bf16 too, whose exact ties a k + 1-token verification breaks differently than
+    a 1-token step (2026-12-04: 13-14 of 16 greedy outputs equal to plain decoding at k = 3..5 in bf16, 16
+    of 16 in float32)."""
     ckpt = validate_checkpoint(Checkpoint(path), tokenizer=False, role="quantized model")
     check_quantized_tensors(ckpt, "quantized model")  # before the loader meets a missing tensor
     method = ckpt.quantization.method if ckpt.quantization is not None else ""
@@ -57,7 +62,8 @@ def load_quantized(path: Path, device: str) -> Any:
             from gptqmodel import GPTQModel
 
             with gptqmodel_text_only(path):
-                return GPTQModel.load(str(path), device=device).model.eval()
+                extra = {"dtype": dtype} if dtype is not None else {}
+                return GPTQModel.load(str(path), device=device, **extra).model.eval()
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(str(path), device_map=device).eval()

@@ -57,14 +57,25 @@ class ToyPair:
         return ToyReport.model_validate_json(self.report.read_text(encoding="utf-8"))
 
 
+class GrowthReport(BaseModel):
+    """A grown target's shallow first stage (`models.Growth`): its depth, steps, time and perplexity."""
+
+    layers: int
+    steps: int
+    train_seconds: float
+    final_loss: float
+    heldout_perplexity: float
+
+
 class ToyModelReport(BaseModel):
     params: int
     shape: dict[str, Any]
-    train_steps: int
+    train_steps: int  # at full depth (a grown target's first stage: `grown_from`)
     train_seconds: float
     final_loss: float  # target: cross-entropy (nats/token); draft: KL(target || draft) per token
     loss_kind: str
     heldout_perplexity: float
+    grown_from: GrowthReport | None = None
 
 
 class AcceptanceReport(BaseModel):
@@ -168,7 +179,8 @@ class ToyRequest(BaseModel):
 
     size: str = Field(
         "small",
-        description="small: CPU, minutes; medium: tens of millions of params, GPU.",
+        description="small: CPU, 2 minutes (the tests' pair); demo: CPU, 2.5 minutes, an 8-layer target whose "
+        "step costs several of its 1-layer draft's (make demo's pair); medium: tens of millions of params, GPU.",
         json_schema_extra=flag(choices=list(SIZES)),
     )
     seed: int = Field(0, description="Seed of the build (same seed, same machine: same models).")
@@ -241,8 +253,8 @@ def _build(
     _torch()
     from importlib.metadata import version
 
-    device = pick_device("auto") if size != "small" else "cpu"
-    if size != "small" and device == "cpu":
+    device = pick_device("auto") if preset.gpu else "cpu"
+    if preset.gpu and device == "cpu":
         progress(f"warning: building the '{size}' pair on CPU will take a long time (meant for a GPU)")
     # One thread: deterministic, and on a shared machine 2+ threads that get preempted are far slower.
     threads = 1 if device == "cpu" else min(4, os.cpu_count() or 1)
@@ -285,7 +297,7 @@ def _build(
         preset=preset.as_dict() | ({"target": HYBRID.as_dict()} if arch == "qwen3.5" else {}),
         target=_model_report(
             pair.target, target_shape, pair.target_run, "cross_entropy", measured.target_ppl
-        ),
+        ).model_copy(update={"grown_from": pair.growth}),
         draft=_model_report(pair.draft, preset.draft, pair.draft_run, "kl_target_draft", measured.draft_ppl),
         acceptance=AcceptanceReport(
             definition=(acceptance_module.__doc__ or "").split("\n\n")[1].replace("\n", " "),
@@ -353,6 +365,7 @@ class _Pair:
     draft: Any
     target_run: Any  # train_target's result
     draft_run: Any  # distill_draft's result
+    growth: GrowthReport | None = None  # a grown target's first stage
 
 
 @dataclass
@@ -418,6 +431,8 @@ def _train_pair(
         target = Qwen3_5ForConditionalGeneration(config)
     else:
         target = Qwen3ForCausalLM(qwen3_config(preset.target, vocab, eos_token_id=eos, pad_token_id=eos))
+    if preset.growth is not None and arch == "qwen3":
+        return _grown_pair(target, data, preset, preset.growth, seed, device, progress)
     target.to(device)
     progress(
         f"training the target ({param_count(target) / 1e6:.2f}M parameters, {preset.target_steps} steps)"
@@ -435,6 +450,63 @@ def _train_pair(
         batch_size=preset.batch_size, lr=preset.draft_lr, seed=seed, device=device, progress=progress,
     )  # fmt: skip
     return _Pair(target, draft, t_res, d_res)
+
+
+def _grown_pair(
+    deep: Any, data: _Data, preset: SizePreset, growth: Any, seed: int, device: str, progress: Progress
+) -> _Pair:
+    """A grown target (`models.Growth`) and its draft: a `growth.layers`-deep copy of the target trained first
+    (seeded like a plain target), grown into `deep` (`models.grow_depth`: the same function, every layer
+    followed by copies with zeroed output projections) and trained at full depth with the batches of another
+    seed while the draft is distilled on its forwards; then the draft's own `draft_steps` of distillation
+    from the finished target."""
+    from transformers import Qwen3ForCausalLM
+
+    from .models import grow_depth
+    from .train import distill_draft, perplexity, train_target, train_target_and_draft
+
+    torch = _torch()
+    torch.manual_seed(seed)
+    spec = replace(preset.target, num_hidden_layers=growth.layers)
+    config = qwen3_config(spec, data.vocab, eos_token_id=data.eos, pad_token_id=data.eos)
+    shallow: Any = Qwen3ForCausalLM(config)
+    shallow.to(device)
+    progress(
+        f"training the target's first {growth.layers} layers ({param_count(shallow) / 1e6:.2f}M parameters, "
+        f"{growth.steps} steps), then growing it to {preset.target.num_hidden_layers}"
+    )
+    first = train_target(
+        shallow, data.train_stream, steps=growth.steps, seq_len=preset.seq_len, batch_size=preset.batch_size,
+        lr=growth.lr, seed=seed, device=device, progress=progress,
+    )  # fmt: skip
+    report = GrowthReport(
+        layers=growth.layers, steps=growth.steps, train_seconds=round(first.seconds, 1),
+        final_loss=round(first.final_loss, 4),
+        heldout_perplexity=round(perplexity(shallow, data.windows, device=device), 3),
+    )  # fmt: skip
+    target = grow_depth(shallow.to("cpu"), deep).to(device)
+    torch.manual_seed(seed + 1)
+    draft: Any = Qwen3ForCausalLM(
+        qwen3_config(preset.draft, data.vocab, eos_token_id=data.eos, pad_token_id=data.eos)
+    )
+    draft.to(device)
+    progress(
+        f"training the target ({param_count(target) / 1e6:.2f}M parameters, {preset.target_steps} steps) and "
+        f"distilling the draft ({param_count(draft) / 1e6:.2f}M) on its forwards"
+    )
+    t_res, joint = train_target_and_draft(
+        target, draft, data.train_stream, steps=preset.target_steps, seq_len=preset.seq_len,
+        batch_size=preset.batch_size, lr=preset.target_lr, draft_lr=preset.draft_lr, seed=seed + 2,
+        device=device, progress=progress,
+    )  # fmt: skip
+    progress(f"distilling the draft from the finished target ({preset.draft_steps} steps)")
+    d_res = distill_draft(
+        draft, target, data.train_stream, steps=preset.draft_steps, seq_len=preset.seq_len,
+        batch_size=preset.batch_size, lr=preset.draft_lr, seed=seed, device=device, progress=progress,
+    )  # fmt: skip
+    d_res.steps += joint.steps
+    d_res.seconds += joint.seconds
+    return _Pair(target, draft, t_res, d_res, report)
 
 
 def _measure(

@@ -164,6 +164,60 @@ def distill_draft(
     )  # fmt: skip
 
 
+def train_target_and_draft(
+    target: Any,
+    draft: Any,
+    stream: Any,
+    *,
+    steps: int,
+    seq_len: int,
+    batch_size: int,
+    lr: float,
+    draft_lr: float,
+    seed: int,
+    device: str = "cpu",
+    progress: Progress = null_progress,
+) -> tuple[TrainResult, TrainResult]:
+    """Train the target on next-token cross-entropy and, on the same batches, distil the draft from the
+    logits of that same forward (KL(target || draft), `distill_draft`'s loss): the draft follows the target
+    as it trains, at the cost of its own forward and backward only (the demo pair's full-depth stage, where a
+    separate teacher forward would cost an 8-layer pass per step). Each has its own AdamW and schedule."""
+    import torch
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(seed)
+    opts = [(target, _optimizer(target, lr), lr), (draft, _optimizer(draft, draft_lr), draft_lr)]
+    target.train()
+    draft.train()
+    losses: tuple[list[float], list[float]] = ([], [])
+    start = time.monotonic()
+    for step in range(steps):
+        for _, opt, peak in opts:
+            for group in opt.param_groups:
+                group["lr"] = _lr(step, steps, peak)
+        batch = _batch(stream, seq_len, batch_size, gen).to(device)
+        logits = target(input_ids=batch[:, :-1]).logits
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), batch[:, 1:].reshape(-1))
+        teacher = F.log_softmax(logits.detach().float(), dim=-1)
+        kl = token_kl(teacher, F.log_softmax(draft(input_ids=batch[:, :-1]).logits.float(), dim=-1))
+        for (model, opt, _), value in zip(opts, (loss, kl), strict=True):
+            opt.zero_grad(set_to_none=True)
+            value.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+        losses[0].append(loss.item())
+        losses[1].append(kl.item())
+        if (step + 1) % max(1, steps // 5) == 0:
+            t, d = losses[0][-1], losses[1][-1]
+            progress(f"target step {step + 1}/{steps}: loss {t:.3f}, draft KL {d:.3f}")
+    target.eval()
+    draft.eval()
+    seconds = time.monotonic() - start
+    return tuple(  # type: ignore[return-value]
+        TrainResult(steps, seconds, sum(x[-10:]) / len(x[-10:]), x) for x in losses
+    )
+
+
 def eval_windows(stream: Any, seq_len: int, count: int) -> Any:
     """`count` evenly spaced, non-overlapping windows of seq_len+1 tokens (fixed, no randomness)."""
     import torch

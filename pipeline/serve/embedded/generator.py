@@ -338,7 +338,7 @@ def _load(cls: Any, path: str, torch_dtype: Any, device: str, trust_remote_code:
         from ...engines.embedded import load_quantized
 
         try:
-            return load_quantized(Path(path), device)
+            return load_quantized(Path(path), device, None if torch_dtype == "auto" else torch_dtype)
         except (ImportError, ValueError, RuntimeError, OSError) as e:
             raise EnvironmentMissing(
                 f"gptqmodel cannot run the {quant.method} checkpoint {path} on {device}: "

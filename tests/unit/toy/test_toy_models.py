@@ -52,3 +52,42 @@ def test_cache_root(monkeypatch, tmp_path) -> None:
 def test_unknown_size_is_a_usage_error(tmp_path) -> None:
     with pytest.raises(UsageError, match="unknown toy size 'huge'"):
         build_toy_pair(ToyRequest(size="huge", cache_dir=str(tmp_path)))
+
+
+def test_the_demo_target_is_deep_next_to_its_draft() -> None:
+    """The demo pair's point (docs/toy.md): a draft step costs a fraction of a target step. At toy widths a
+    forward's cost on a CPU goes with its layer count, so the target has 8 layers to the draft's 1."""
+    demo = SIZES["demo"]
+    assert demo.target.num_hidden_layers == 8 and demo.draft.num_hidden_layers == 1
+    assert demo.growth is not None and demo.target.num_hidden_layers % demo.growth.layers == 0
+    assert not demo.gpu and SIZES["medium"].gpu and not SIZES["small"].gpu
+
+
+@pytest.mark.parametrize("layers", [4, 6])
+def test_grow_depth_keeps_the_function_and_zeroes_only_the_copies_branches(layers: int) -> None:
+    torch = pytest.importorskip("torch")
+    from transformers import Qwen3ForCausalLM
+
+    from specq.pipeline.toy.models import grow_depth, qwen3_config
+
+    def qwen3(depth: int) -> Qwen3ForCausalLM:
+        spec = ModelSpec(hidden_size=128, num_hidden_layers=depth, num_attention_heads=2,
+                         num_key_value_heads=2, intermediate_size=128)  # fmt: skip
+        return Qwen3ForCausalLM(qwen3_config(spec, 256, eos_token_id=0, pad_token_id=0)).eval()
+
+    torch.manual_seed(0)
+    shallow = qwen3(2)
+    for p in shallow.parameters():  # nonzero everywhere, so a copy that added anything would show
+        p.data.normal_(0, 0.2)
+    deep = grow_depth(shallow, qwen3(layers))
+    ids = torch.randint(0, 256, (2, 17))
+    with torch.no_grad():
+        assert torch.allclose(shallow(input_ids=ids).logits, deep(input_ids=ids).logits, atol=1e-5)
+    per = layers // 2
+    first_copy = deep.model.layers[1]  # a copy of shallow layer 0: its inputs' weights, zeroed outputs
+    assert torch.equal(first_copy.self_attn.q_proj.weight, shallow.model.layers[0].self_attn.q_proj.weight)
+    assert not first_copy.self_attn.o_proj.weight.any() and not first_copy.mlp.down_proj.weight.any()
+    second = deep.model.layers[per]  # shallow layer 1 itself, whole
+    assert torch.equal(second.mlp.down_proj.weight, shallow.model.layers[1].mlp.down_proj.weight)
+    with pytest.raises(ValueError, match="not a multiple"):
+        grow_depth(shallow, qwen3(3))
