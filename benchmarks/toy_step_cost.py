@@ -3,8 +3,9 @@
 time in plain decoding steps of the same loop.
 
 For each target shape (random weights, seeded: a step's cost does not depend on what the weights are) and the
-drafter shape, it times, in CPU seconds of this thread (`time.thread_time`, so a busy machine's preemption is
-not counted; its cache contention still is):
+drafter shape, it times, with one torch thread in CPU seconds of that thread (`time.thread_time`: a busy
+machine's preemption is not counted, its cache contention still is), with more in wall seconds (a process's
+CPU time then counts OpenMP workers spinning):
 - one forward of 1 and of k + 1 tokens after a 250-token context;
 - the embedded engine's decode loop (`serve/embedded/decode.py`): plain ms/token, and a speculative step at
   each k in plain steps (random drafts are rejected, so every step is a full draft + verify);
@@ -12,9 +13,11 @@ not counted; its cache contention still is):
   embedded engine ran before its own loop).
 With `--pair NAME` (a cached toy pair: `small`, `demo`) it also decodes the toy's held-out prompts with the
 pair's own weights, plain and at each k, and prints τ, the step cost and the speedup those give (CPU time,
-lossless checked).
+lossless checked); `--served-target DIR` decodes with that checkpoint as the target instead (the demo's
+`target-gptq`, loaded as the embedded engine loads it: float32 on CPU).
 
     python benchmarks/toy_step_cost.py --shape 2x128x384 8x128x384 --pair small demo --threads 1
+    python benchmarks/toy_step_cost.py --shape --pair demo --served-target specq-out/demo-*/target-gptq
 
 Prints one JSON object per line."""
 
@@ -23,9 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 CONTEXT = 250
+CLOCK = time.thread_time  # time.perf_counter with more than one torch thread (main)
 
 
 def model(layers: int, hidden: int, mlp: int, vocab: int = 2048, seed: int = 0) -> Any:
@@ -48,9 +53,9 @@ def forward_ms(m: Any, tokens: int, reps: int = 30) -> float:
         x = ids[:, :tokens]
         times = []
         for _ in range(reps):
-            t = time.thread_time()
+            t = CLOCK()
             m(input_ids=x, past_key_values=cache, use_cache=True)
-            times.append(time.thread_time() - t)
+            times.append(CLOCK() - t)
             cache.crop(-tokens)
     return 1e3 * sorted(times)[len(times) // 4]
 
@@ -61,14 +66,15 @@ def loop(target: Any, draft: Any, prompt: list[int], k: int, tokens: int) -> tup
 
     marks: list[float] = []
     out = greedy_decode(
-        target, prompt, max_new_tokens=tokens, emit=lambda ids: marks.append(time.thread_time()),
+        target, prompt, max_new_tokens=tokens, emit=lambda ids: marks.append(CLOCK()),
         draft=draft if k else None, draft_tokens=k,
     )  # fmt: skip
     return out, marks[-1] - marks[0], len(marks) - 1  # the first mark is the prefill's token
 
 
 def generate_ms(target: Any, draft: Any, prompt: list[int], k: int, tokens: int) -> float:
-    """CPU ms per step of transformers' generate (k = 0) or assisted generation (random drafts: 1 token/step)."""
+    """CPU ms per step of transformers' generate (k = 0) or of assisted generation (random drafts: one token
+    per step)."""
     import torch
 
     ids = torch.tensor([prompt])
@@ -81,16 +87,19 @@ def generate_ms(target: Any, draft: Any, prompt: list[int], k: int, tokens: int)
         kw["assistant_model"] = draft
     with torch.inference_mode():
         target.generate(ids, **{**kw, "max_new_tokens": 4, "min_new_tokens": 4})
-        t = time.thread_time()
+        t = CLOCK()
         target.generate(ids, **kw)
-        return 1e3 * (time.thread_time() - t) / tokens
+        return 1e3 * (CLOCK() - t) / tokens
 
 
 def shape_row(spec: str, draft: Any, ks: list[int], tokens: int) -> dict[str, Any]:
     layers, hidden, mlp = (int(x) for x in spec.split("x"))
     target = model(layers, hidden, mlp)
     prompt = list(range(100, 100 + CONTEXT))
-    row: dict[str, Any] = {"target": spec, "params_m": round(sum(p.numel() for p in target.parameters()) / 1e6, 2)}
+    row: dict[str, Any] = {
+        "target": spec,
+        "params_m": round(sum(p.numel() for p in target.parameters()) / 1e6, 2),
+    }
     row["forward_ms"] = {n: round(forward_ms(target, n), 2) for n in (1, max(ks) + 1)}
     loop(target, draft, prompt[:20], max(ks), 4)  # first-call costs
     _, plain_s, plain_steps = loop(target, None, prompt, 0, tokens)
@@ -107,7 +116,9 @@ def shape_row(spec: str, draft: Any, ks: list[int], tokens: int) -> dict[str, An
     return row
 
 
-def pair_row(name: str, ks: list[int], tokens: int, requests: int) -> dict[str, Any]:
+def pair_row(
+    name: str, ks: list[int], tokens: int, requests: int, served: str | None = None
+) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from specq.pipeline.toy import ToyRequest
@@ -120,6 +131,16 @@ def pair_row(name: str, ks: list[int], tokens: int, requests: int) -> dict[str, 
         return {"pair": name, "skipped": f"not cached at {pair.root}: run specq toy build OUT --size {name}"}
     tok = AutoTokenizer.from_pretrained(pair.target)
     target = AutoModelForCausalLM.from_pretrained(pair.target).eval()
+    if served:
+        import torch
+
+        from specq.pipeline.checkpoint import Checkpoint
+        from specq.pipeline.engines.embedded import load_quantized
+
+        if Checkpoint(served).quantization is not None:
+            target = load_quantized(Path(served), "cpu", torch.float32)
+        else:
+            target = AutoModelForCausalLM.from_pretrained(served).eval()
     draft = AutoModelForCausalLM.from_pretrained(pair.draft).eval()
     prompts = [tok(p["prompt"])["input_ids"] for p in completion_prompts(corpus, count=requests)]
     loop(target, draft, prompts[0][:20], max(ks), 4)
@@ -142,10 +163,10 @@ def pair_row(name: str, ks: list[int], tokens: int, requests: int) -> dict[str, 
     for k in ks:
         n, s, steps = totals[k]
         tau, cost = n / steps, (s / steps) / plain_step
-        rows[k] = {"tau": round(tau, 2), "step_cost": round(cost, 2), "speedup": round((n / s) / (base_n / base_s), 2),
+        speedup = (n / s) / (base_n / base_s)
+        rows[k] = {"tau": round(tau, 2), "step_cost": round(cost, 2), "speedup": round(speedup, 2),
                    "lossless": f"{lossless[k]}/{len(prompts)}"}  # fmt: skip
-    return {"pair": name, "target_params": sum(p.numel() for p in target.parameters()),
-            "draft_params": sum(p.numel() for p in draft.parameters()), "plain_ms": round(1e3 * plain_step, 2),
+    return {"pair": name, "target": served or str(pair.target), "plain_ms": round(1e3 * plain_step, 2),
             "by_k": rows}  # fmt: skip
 
 
@@ -158,21 +179,26 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--requests", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--served-target", help="with one --pair: decode with this target checkpoint instead")
     args = ap.parse_args()
 
     import os
 
     import torch
 
+    global CLOCK
     torch.set_num_threads(args.threads)
+    CLOCK = time.thread_time if args.threads == 1 else time.perf_counter
     load = os.getloadavg()
-    print(json.dumps({"threads": args.threads, "loadavg": [round(x, 2) for x in load], "clock": "thread_time"}))
+    print(
+        json.dumps({"threads": args.threads, "loadavg": [round(x, 2) for x in load], "clock": CLOCK.__name__})
+    )
     draft = model(*(int(x) for x in args.draft.split("x")), seed=1)
     print(json.dumps({"draft": args.draft, "forward_ms": {1: round(forward_ms(draft, 1), 2)}}), flush=True)
     for spec in args.shape:
         print(json.dumps(shape_row(spec, draft, args.k, args.tokens)), flush=True)
     for name in args.pair:
-        print(json.dumps(pair_row(name, args.k, args.tokens, args.requests)), flush=True)
+        print(json.dumps(pair_row(name, args.k, args.tokens, args.requests, args.served_target)), flush=True)
     print(json.dumps({"loadavg_after": [round(x, 2) for x in os.getloadavg()]}))
 
 
