@@ -30,7 +30,7 @@ from ..hardware import cpu_threads, pick_device
 from ..progress import Progress, null_progress
 from .acceptance import AcceptanceAtK, heldout_prompts, measure_acceptance
 from .corpus import Corpus, load_corpus
-from .models import SIZES, SizePreset, param_count, qwen3_config
+from .models import SIZES, Growth, SizePreset, param_count, qwen3_config
 from .qwen35 import HYBRID, QWEN35_FORMAT_VERSION, TRAINING, VISION_TOKENS, write_preprocessor_config
 
 ARCHS = ("qwen3", "qwen3.5")
@@ -453,7 +453,7 @@ def _train_pair(
 
 
 def _grown_pair(
-    deep: Any, data: _Data, preset: SizePreset, growth: Any, seed: int, device: str, progress: Progress
+    deep: Any, data: _Data, preset: SizePreset, growth: Growth, seed: int, device: str, progress: Progress
 ) -> _Pair:
     """A grown target (`models.Growth`) and its draft: a `growth.layers`-deep copy of the target trained first
     (seeded like a plain target), grown into `deep` (`models.grow_depth`: the same function, every layer
