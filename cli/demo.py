@@ -28,7 +28,7 @@ def demo(
     as_json: JsonOpt = False,
 ) -> None:
     """Run the whole pipeline on the project's toy models, on CPU, with no downloads: build the demo toy pair
-    (an 8-layer target and a 1-layer draft: specq toy build --size demo, about 3 minutes the first time),
+    (an 8-layer target and a 1-layer draft: specq toy build --size demo, about 2.5 minutes the first time),
     quantize the target to 4-bit GPTQ, check it with convert (and repack it to AWQ), serve it with the
     embedded engine and the toy draft, and sweep --draft-tokens 4,6 against the baseline, two trials per run
     (--quick: one, on the small pair). Every artifact goes to the --out directory (must be empty; default

@@ -42,6 +42,10 @@ def open_target(model: str | Path) -> Checkpoint:
     path = Path(model)
     if path.is_file():
         return ConfigOnly(path, read_config(path))
+    if not path.exists():
+        raise InputError(
+            f"{path}: not a directory or a file; pass a Hugging Face model directory or its config.json"
+        )
     return Checkpoint(path)
 
 

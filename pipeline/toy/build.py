@@ -179,8 +179,9 @@ class ToyRequest(BaseModel):
 
     size: str = Field(
         "small",
-        description="small: CPU, 2 minutes (the tests' pair); demo: CPU, 2.5 minutes, an 8-layer target whose "
-        "step costs several of its 1-layer draft's (make demo's pair); medium: tens of millions of params, GPU.",
+        description="small: CPU, 2 minutes (the tests' pair); demo: CPU, 2.5 minutes, an 8-layer target "
+        "whose step costs several of its 1-layer draft's (make demo's pair); medium: tens of millions of "
+        "params, GPU.",
         json_schema_extra=flag(choices=list(SIZES)),
     )
     seed: int = Field(0, description="Seed of the build (same seed, same machine: same models).")

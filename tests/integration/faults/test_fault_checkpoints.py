@@ -132,6 +132,8 @@ FAULTS = [
     missing_lm_head, missing_embedding, missing_shard, path_is_a_file, path_missing,
 ]  # fmt: skip
 MODEL_ARG = {path_is_a_file: "file", path_missing: "nowhere"}
+# `specq plan` also takes a bare config.json file: a file that is no JSON is refused as such
+PLAN_NEEDLE = {path_is_a_file: "not valid JSON"}
 
 
 def _args(command: str, model: Path, tmp: Path, calib: Path) -> list[str | Path]:
@@ -160,6 +162,8 @@ def _args(command: str, model: Path, tmp: Path, calib: Path) -> list[str | Path]
 @pytest.mark.parametrize("fault", FAULTS, ids=lambda f: f.__name__)
 def test_damaged_checkpoint_refused(fault, command, specq, toy_target, tmp_path, calib):
     needle = fault(toy_target)
+    if command == "plan":
+        needle = PLAN_NEEDLE.get(fault, needle)
     model = tmp_path / MODEL_ARG.get(fault, "target")
     r = specq(*_args(command, model, tmp_path, calib))
     assert_one_line(r, 2, needle)

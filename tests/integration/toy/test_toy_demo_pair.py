@@ -1,6 +1,6 @@
 """The demo pair (`specq toy build --size demo`, what `make demo` runs on) through the CLI: its target is
 grown from a 2-layer first stage to 8 layers next to a 1-layer draft, both load and generate, and the report
-says how it was grown. The real preset takes about 3 minutes on 2 cores, so the build here is the same code
+says how it was grown. The real preset takes about 2.5 minutes on 2 cores, so the build here is the same code
 with a few steps of each stage (the preset's shapes unchanged); the full build's figures are in docs/toy.md.
 `specq demo` runs on this pair, `specq demo --quick` (CI's) on the small one."""
 
