@@ -69,7 +69,7 @@ def test_a_bare_config_file_plans_like_a_directory_holding_it(cli, tmp_path: Pat
 @pytest.mark.parametrize("config", [small_qwen35, small_qwen3], ids=["qwen3.5", "qwen3"])
 def test_quant_awq_on_paper_is_the_plan_of_the_awq_twin(cli, tmp_path: Path, config) -> None:
     """`specq twin CONFIG --quant awq` writes the weights; `specq plan CONFIG --quant awq` only reads CONFIG.
-    Both plans count the same bytes, so every figure agrees (the issue's bar is 1 %; here they are equal)."""
+    Both plans count the same bytes, so every figure agrees (within 1 % would do; here they are equal)."""
     src = tmp_path / "model.json"
     src.write_text(json.dumps(config()))
     code, _, err = cli("twin", str(src), "--quant", "awq", "--device", "cpu", "--out", str(tmp_path / "twin"))
