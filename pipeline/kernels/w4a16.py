@@ -49,7 +49,8 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "") == "1"
 
 @dataclass(frozen=True)
 class Config:
-    """One launch configuration; chosen per (GPU, N, K, group size), never per M."""
+    """One launch configuration; chosen per (GPU, N, K, group size), never per M. A block of `block_n` columns
+    is 16 rows a warp, `rows_per_warp` times over (block_n = 16 num_warps rows_per_warp)."""
 
     block_n: int = 128
     split_k: int = 1
@@ -57,6 +58,14 @@ class Config:
     num_stages: int = 1
     prefetch: bool = True
     gpi: int = 2  # groups an iteration: 1, 2 or 4
+
+    def __post_init__(self) -> None:
+        if self.block_n % (16 * self.num_warps) or self.gpi not in (1, 2, 4):
+            raise ValueError(f"block_n must be a multiple of 16 num_warps and gpi 1, 2 or 4: {self}")
+
+    @property
+    def rows_per_warp(self) -> int:
+        return self.block_n // (16 * self.num_warps)
 
     def key(self) -> str:
         return (
@@ -106,6 +115,31 @@ def pack_awq(q: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _to_fragments(q: torch.Tensor) -> torch.Tensor:
+    """Codes [G, group, N] (0..15; k within its group along axis 1) -> int32 words [G, N, group/8] in specq's
+    fragment order (the module docstring): word c * group/32 + wi of a column holds, at nibble
+    e * 4 + tlo * 2 + h, the value of k = 16 (2 wi + tlo) + 8 h + 2 c + e."""
+    g, group, n = q.shape
+    wpc = group // 32
+    q6 = q.reshape(g, wpc, 2, 2, 4, 2, n).to(torch.int32)  # k = (wi, tlo, h, c, e)
+    q6 = q6.permute(0, 6, 4, 1, 5, 2, 3)  # [G, N, c, wi, e, tlo, h]
+    q6 = q6.reshape(g, n, 4 * wpc, 8)
+    out = torch.zeros((g, n, 4 * wpc), dtype=torch.int32, device=q.device)
+    for i in range(8):
+        out |= q6[..., i] << (4 * i)
+    return out
+
+
+def _from_fragments(words: torch.Tensor) -> torch.Tensor:
+    """`_to_fragments`' inverse: int32 words [G, N, group/8] -> codes [G, group, N] (int32)."""
+    g, n, kw = words.shape
+    wpc = kw // 4
+    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=words.device)
+    q = (words.unsqueeze(-1) >> shifts) & 0xF  # [G, N, c * wi, nibble]
+    q = q.reshape(g, n, 4, wpc, 2, 2, 2)  # [G, N, c, wi, e, tlo, h]
+    return q.permute(0, 3, 5, 6, 2, 4, 1).reshape(g, kw * 8, n)  # [G, (wi, tlo, h, c, e), N]
+
+
 def pack(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor) -> PackedW4:
     """AWQ gemm tensors as LMDeploy loads them (qweight int32 [K, N/8], qzeros int32 [K/g, N/8], scales
     [K/g, N]) -> specq's layout. Lossless; runs on the tensors' device, one layer at a time."""
@@ -117,26 +151,23 @@ def pack(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor) -> P
             f"{tuple(qzeros.shape)}, scales {tuple(scales.shape)}"
         )
     group = k // groups
-    if group % 16 or n % 8:
+    if group % 32 or n % 8:
         raise ValueError(
-            f"specq's W4A16 kernel needs a group size divisible by 16 and N by 8 (group {group}, N {n})"
+            f"specq's W4A16 kernel needs a group size divisible by 32 and N by 8 (group {group}, N {n})"
         )
-    kw = group // 8
-    packed = torch.empty((groups, n, kw), dtype=torch.int32, device=qweight.device)
+    packed = torch.empty((groups, n, group // 8), dtype=torch.int32, device=qweight.device)
     step = max(1, 512 // group)  # groups at a time: temporaries near 512 * N * 4 bytes, whatever the layer
     for g0 in range(0, groups, step):
         g1 = min(groups, g0 + step)
-        q = unpack_awq(qweight[g0 * group : g1 * group]).t().contiguous()  # [N, rows] of 0..15
-        words = pack_awq(q).reshape(n, g1 - g0, kw)  # AWQ's interleave along K
-        packed[g0:g1] = words.permute(1, 0, 2)
+        q = unpack_awq(qweight[g0 * group : g1 * group]).reshape(g1 - g0, group, n)
+        packed[g0:g1] = _to_fragments(q)
     zeros = unpack_awq(qzeros).contiguous()  # [G, N]
-    return PackedW4(qweight=packed.contiguous(), scales=scales.contiguous(), zeros=zeros, group=group)
+    return PackedW4(qweight=packed, scales=scales.contiguous(), zeros=zeros, group=group)
 
 
 def dequantize(p: PackedW4) -> torch.Tensor:
     """The fp32 weight [K, N] that `p` stands for, (q - z) * s: the reference the kernel is checked by."""
-    g, n, kw = p.qweight.shape
-    q = unpack_awq(p.qweight.permute(1, 0, 2).reshape(n, g * kw)).t().to(torch.float32)  # [K, N]
+    q = _from_fragments(p.qweight).reshape(p.k, p.n).to(torch.float32)
     z = p.zeros.to(torch.float32).repeat_interleave(p.group, dim=0)
     s = p.scales.to(torch.float32).repeat_interleave(p.group, dim=0)
     return (q - z) * s
@@ -146,21 +177,8 @@ def dequantize(p: PackedW4) -> torch.Tensor:
 
 
 @triton.jit
-def _dequant_pure(words, z, DTYPE: tl.constexpr):
-    """words int32 [BN, KW] (specq layout), z int32 [BN] zero points -> [BN, KW * 8] of q - z in DTYPE, k in
-    order. An exact small integer either way, so the same bits as `_dequant_pairs`."""
-    BN: tl.constexpr = words.shape[0]
-    KW: tl.constexpr = words.shape[1]
-    c = tl.arange(0, 8)
-    shift = 2 * c + 14 * (c & 1)  # k offset c sits at nibble (0, 4, 1, 5, 2, 6, 3, 7)[c]
-    q = (words[:, :, None] >> shift[None, None, :]) & 0xF
-    q = q.reshape(BN, KW * 8)
-    return (q - z[:, None]).to(tl.float32).to(DTYPE)  # via fp32: the interpreter casts int -> bf16 wrongly
-
-
-@triton.jit
 def _pair(words, zpair, SHIFT: tl.constexpr, IS_BF16: tl.constexpr):
-    """Two values of each word at once: nibbles SHIFT/4 and SHIFT/4 + 4 (k offsets 2j and 2j + 1)."""
+    """Two values of each word at once, less the zero point: nibbles SHIFT/4 and SHIFT/4 + 4 (k and k + 1)."""
     if IS_BF16:
         return tl.inline_asm_elementwise(
             f"""{{
@@ -197,45 +215,62 @@ def _pair(words, zpair, SHIFT: tl.constexpr, IS_BF16: tl.constexpr):
 
 @triton.jit
 def _pair_pure(words, z, SHIFT: tl.constexpr, DTYPE: tl.constexpr):
-    """`_pair`'s two values in plain Triton: nibbles SHIFT/4 and SHIFT/4 + 4, less the zero point."""
-    lo = ((words >> SHIFT) & 0xF) - z[:, None]
-    hi = ((words >> (SHIFT + 16)) & 0xF) - z[:, None]
+    """`_pair`'s two values in plain Triton."""
+    lo = ((words >> SHIFT) & 0xF) - z
+    hi = ((words >> (SHIFT + 16)) & 0xF) - z
     return lo.to(tl.float32).to(DTYPE), hi.to(tl.float32).to(DTYPE)
 
 
 @triton.jit
-def _dequant_pairs(words, z, ASM: tl.constexpr, DTYPE: tl.constexpr):
-    """`_dequant_pure`'s result two values of a word at a time, as the inline PTX makes them (ASM: a shift, a
-    lop3 and an fma per pair; else `_pair_pure`, which the interpreter runs), put in k order by one tree of
-    joins. z: int32 [BN] zero points."""
-    BN: tl.constexpr = words.shape[0]
-    KW: tl.constexpr = words.shape[1]
-    if ASM:
-        IS_BF16: tl.constexpr = DTYPE == tl.bfloat16
-        if IS_BF16:
-            zneg = z | 0xC300  # bf16 bits of -(128 + z): the fma adds it
-        else:
-            zneg = z | 0xE400  # fp16 bits of -(1024 + z)
-        zpair = (zneg | (zneg << 16))[:, None] + tl.zeros((BN, KW), dtype=tl.int32)
-        w0, w1 = _pair(words, zpair, 0, IS_BF16)
-        w2, w3 = _pair(words, zpair, 4, IS_BF16)
-        w4, w5 = _pair(words, zpair, 8, IS_BF16)
-        w6, w7 = _pair(words, zpair, 12, IS_BF16)
-    else:
-        w0, w1 = _pair_pure(words, z, 0, DTYPE)
-        w2, w3 = _pair_pure(words, z, 4, DTYPE)
-        w4, w5 = _pair_pure(words, z, 8, DTYPE)
-        w6, w7 = _pair_pure(words, z, 12, DTYPE)
-    # join(a, b) adds a last axis of 2; (c, c + 4), then (c, c + 2), then (c, c + 1) puts w0..w7 in order
-    w = tl.join(tl.join(tl.join(w0, w4), tl.join(w2, w6)), tl.join(tl.join(w1, w5), tl.join(w3, w7)))
-    return w.reshape(BN, KW * 8)
+def _fragment_tile(v, BLOCK_N: tl.constexpr, GROUP: tl.constexpr):
+    """[4 c, 8 g, NW w, 2 j, R r, WPC wi, 2 e, 2 h, 2 tlo] values -> the [BLOCK_N, GROUP] tile of row
+    n = 16 NW r + 16 w + 8 j + g and k = 16 (2 wi + tlo) + 8 h + 2 c + e: a relabelling of the registers
+    (each thread already holds what the tensor-core fragment wants of it), no data movement."""
+    v = tl.permute(v, (4, 2, 3, 1, 5, 8, 7, 0, 6))  # [r, w, j, g, wi, tlo, h, c, e]
+    return tl.reshape(v, (BLOCK_N, GROUP))
 
 
 @triton.jit
-def _group_inputs(g, g_end, z_ptr, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP: tl.constexpr):
-    """Group g's zero points, scales and activations; a group at or past g_end reads zeros."""
+def _dequant(
+    words, z, DEQUANT: tl.constexpr, DTYPE: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr
+):
+    """words int32 [4, 8, NW, 2, R, WPC] (specq's fragment order), z int32 [1, 8, NW, 2, R, 1] zero points ->
+    [BLOCK_N, GROUP] of q - z in DTYPE: exact small integers, so the three ways give the same bits."""
+    if DEQUANT == 0:  # each nibble on its own: nibble e * 4 + tlo * 2 + h
+        shifts = (tl.arange(0, 8) * 4)[None, None, None, None, None, None, :]
+        q = (words[:, :, :, :, :, :, None] >> shifts) & 0xF
+        v = (q - z[:, :, :, :, :, :, None]).to(tl.float32).to(DTYPE)
+        v = tl.reshape(v, (4, 8, words.shape[2], 2, words.shape[4], words.shape[5], 2, 2, 2))  # e, tlo, h
+        v = tl.permute(v, (0, 1, 2, 3, 4, 5, 6, 8, 7))  # e, h, tlo
+    else:
+        if DEQUANT == 2:
+            IS_BF16: tl.constexpr = DTYPE == tl.bfloat16
+            if IS_BF16:
+                zneg = z | 0xC300  # bf16 bits of -(128 + z): the fma adds it
+            else:
+                zneg = z | 0xE400  # fp16 bits of -(1024 + z)
+            zpair = (zneg | (zneg << 16)) + tl.zeros(words.shape, dtype=tl.int32)
+            a0, b0 = _pair(words, zpair, 0, IS_BF16)  # tlo 0, h 0; e = 0 / 1
+            a1, b1 = _pair(words, zpair, 4, IS_BF16)  # tlo 0, h 1
+            a2, b2 = _pair(words, zpair, 8, IS_BF16)  # tlo 1, h 0
+            a3, b3 = _pair(words, zpair, 12, IS_BF16)  # tlo 1, h 1
+        else:
+            a0, b0 = _pair_pure(words, z, 0, DTYPE)
+            a1, b1 = _pair_pure(words, z, 4, DTYPE)
+            a2, b2 = _pair_pure(words, z, 8, DTYPE)
+            a3, b3 = _pair_pure(words, z, 12, DTYPE)
+        # join adds a last axis of 2: e, then h, then tlo
+        v = tl.join(tl.join(tl.join(a0, b0), tl.join(a1, b1)), tl.join(tl.join(a2, b2), tl.join(a3, b3)))
+    return _fragment_tile(v, BLOCK_N, GROUP)
+
+
+@triton.jit
+def _group_inputs(g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP: tl.constexpr):
+    """Group g's zero points (for the words' rows `frow`), scales and activations; a group at or past g_end
+    reads zeros."""
+    live_z = (frow * 0 + g) < g_end
+    z = tl.load(z_ptr + g * N + frow, mask=live_z, other=0).to(tl.int32)
     live_n = (offs_nc * 0 + g) < g_end
-    z = tl.load(z_ptr + g * N + offs_nc, mask=live_n, other=0).to(tl.int32)
     s = tl.load(s_ptr + g * N + offs_nc, mask=live_n, other=0.0).to(tl.float32)
     live_k = (offs_k * 0 + g) < g_end
     xt = tl.load(x_ptrs + g * GROUP, mask=live_k[:, None] & m_ok[None, :], other=0.0)  # [GROUP, BLOCK_M]
@@ -243,12 +278,10 @@ def _group_inputs(g, g_end, z_ptr, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROU
 
 
 @triton.jit
-def _group(acc, words, z, s, xt, DEQUANT: tl.constexpr, DOT_FP32: tl.constexpr, DTYPE: tl.constexpr):
+def _group(acc, words, z, s, xt, DEQUANT: tl.constexpr, DOT_FP32: tl.constexpr, DTYPE: tl.constexpr,
+           BLOCK_N: tl.constexpr, GROUP: tl.constexpr):  # fmt: skip
     """acc + one group's x (q - z) s for this block of columns (a dead group's zeros add exact zeros)."""
-    if DEQUANT == 0:
-        w = _dequant_pure(words, z, DTYPE)
-    else:
-        w = _dequant_pairs(words, z, DEQUANT == 2, DTYPE)
+    w = _dequant(words, z, DEQUANT, DTYPE, BLOCK_N, GROUP)
     if DOT_FP32:  # Triton's interpreter multiplies bf16 operands wrongly; the values are the same in fp32
         d = tl.dot(w.to(tl.float32), xt.to(tl.float32), input_precision="ieee")
     else:
@@ -260,16 +293,18 @@ def _group(acc, words, z, s, xt, DEQUANT: tl.constexpr, DOT_FP32: tl.constexpr, 
 def _w4a16_kernel(
     x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, ws_ptr,
     M, N, K, stride_xm, stride_om, split_k,
-    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
+    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, NW: tl.constexpr, R: tl.constexpr, SPLIT: tl.constexpr,
     HAS_BIAS: tl.constexpr, DEQUANT: tl.constexpr, PREFETCH: tl.constexpr, GPI: tl.constexpr,
     DOT_FP32: tl.constexpr,
 ):  # fmt: skip
-    """One block of BLOCK_N columns over one split of K, GPI groups an iteration: the GPI groups' words are
-    loaded together (PREFETCH: one iteration ahead, into registers), so each block keeps GPI (or 2 GPI)
-    contiguous runs of its weights in flight; groups are added into the fp32 accumulator in order."""
+    """One block of BLOCK_N = 16 NW R columns over one split of K, GPI groups an iteration: the GPI groups'
+    words are loaded together (PREFETCH: one iteration ahead, into registers), each thread reading the 16-byte
+    runs of the words its tensor-core fragments need; groups are added into the fp32 accumulator in order."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
+    BLOCK_N: tl.constexpr = 16 * NW * R
+    WPC: tl.constexpr = GROUP // 32  # words of one column's group that one thread of its four reads
     KW: tl.constexpr = GROUP // 8
     DTYPE: tl.constexpr = x_ptr.dtype.element_ty
     groups = K // GROUP
@@ -277,29 +312,40 @@ def _w4a16_kernel(
     g_begin = pid_k * per_split
     g_end = tl.minimum(g_begin + per_split, groups)
 
+    # the words' index space [4 c, 8 g, NW w, 2 j, R r, WPC wi]: lanes over (c, g), warps over w, and each
+    # thread's registers over (j, r, wi); Triton lays a load out in this order, so the words arrive where the
+    # tensor-core fragments of row n = 16 NW r + 16 w + 8 j + g want them
+    fg = tl.arange(0, 8)[None, :, None, None, None, None]
+    fw = tl.arange(0, NW)[None, None, :, None, None, None]
+    fj = tl.arange(0, 2)[None, None, None, :, None, None]
+    fr = tl.arange(0, R)[None, None, None, None, :, None]
+    frow = pid_n * BLOCK_N + 16 * NW * fr + 16 * fw + 8 * fj + fg  # [1, 8, NW, 2, R, 1]
+    frow = tl.where(frow < N, frow, 0)  # clamp rows past N: read a valid row, never store it
+    fc = tl.arange(0, 4)[:, None, None, None, None, None]
+    fwi = tl.arange(0, WPC)[None, None, None, None, None, :]
+    w_ptrs = qw_ptr + frow * KW + fc * WPC + fwi  # [4, 8, NW, 2, R, WPC]
+
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < N
-    offs_nc = tl.where(n_ok, offs_n, 0)  # clamp rows past N: read a valid row, never store it
+    offs_nc = tl.where(n_ok, offs_n, 0)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     m_ok = offs_m < M
-    offs_kw = tl.arange(0, KW)
     offs_k = tl.arange(0, GROUP)
     gstride = N * KW  # the layout is group-major: one group's words of every column, contiguous
-    zero_kw = offs_kw[None, :] * 0  # [1, KW]: a scalar condition as a tensor mask (the interpreter needs one)
+    zero_w = fwi * 0  # a scalar condition as a tensor mask (the interpreter needs one)
 
-    w_ptrs = qw_ptr + offs_nc[:, None] * KW + offs_kw[None, :]
     x_ptrs = x_ptr + offs_m[None, :] * stride_xm + offs_k[:, None]
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     if PREFETCH:
-        n0 = tl.load(w_ptrs + g_begin * gstride, mask=(zero_kw + g_begin) < g_end, other=0)
+        n0 = tl.load(w_ptrs + g_begin * gstride, mask=(zero_w + g_begin) < g_end, other=0)
         n1 = n0
         n2 = n0
         n3 = n0
         if GPI >= 2:
-            n1 = tl.load(w_ptrs + (g_begin + 1) * gstride, mask=(zero_kw + g_begin + 1) < g_end, other=0)
+            n1 = tl.load(w_ptrs + (g_begin + 1) * gstride, mask=(zero_w + g_begin + 1) < g_end, other=0)
         if GPI >= 4:
-            n2 = tl.load(w_ptrs + (g_begin + 2) * gstride, mask=(zero_kw + g_begin + 2) < g_end, other=0)
-            n3 = tl.load(w_ptrs + (g_begin + 3) * gstride, mask=(zero_kw + g_begin + 3) < g_end, other=0)
+            n2 = tl.load(w_ptrs + (g_begin + 2) * gstride, mask=(zero_w + g_begin + 2) < g_end, other=0)
+            n3 = tl.load(w_ptrs + (g_begin + 3) * gstride, mask=(zero_w + g_begin + 3) < g_end, other=0)
     for g in range(g_begin, g_end, GPI):
         if PREFETCH:
             c0 = n0
@@ -307,38 +353,44 @@ def _w4a16_kernel(
             c2 = n2
             c3 = n3
             gn = g + GPI
-            n0 = tl.load(w_ptrs + gn * gstride, mask=(zero_kw + gn) < g_end, other=0)
+            n0 = tl.load(w_ptrs + gn * gstride, mask=(zero_w + gn) < g_end, other=0)
             if GPI >= 2:
-                n1 = tl.load(w_ptrs + (gn + 1) * gstride, mask=(zero_kw + gn + 1) < g_end, other=0)
+                n1 = tl.load(w_ptrs + (gn + 1) * gstride, mask=(zero_w + gn + 1) < g_end, other=0)
             if GPI >= 4:
-                n2 = tl.load(w_ptrs + (gn + 2) * gstride, mask=(zero_kw + gn + 2) < g_end, other=0)
-                n3 = tl.load(w_ptrs + (gn + 3) * gstride, mask=(zero_kw + gn + 3) < g_end, other=0)
+                n2 = tl.load(w_ptrs + (gn + 2) * gstride, mask=(zero_w + gn + 2) < g_end, other=0)
+                n3 = tl.load(w_ptrs + (gn + 3) * gstride, mask=(zero_w + gn + 3) < g_end, other=0)
         else:
-            c0 = tl.load(w_ptrs + g * gstride, mask=(zero_kw + g) < g_end, other=0)
+            c0 = tl.load(w_ptrs + g * gstride, mask=(zero_w + g) < g_end, other=0)
             c1 = c0
             c2 = c0
             c3 = c0
             if GPI >= 2:
-                c1 = tl.load(w_ptrs + (g + 1) * gstride, mask=(zero_kw + g + 1) < g_end, other=0)
+                c1 = tl.load(w_ptrs + (g + 1) * gstride, mask=(zero_w + g + 1) < g_end, other=0)
             if GPI >= 4:
-                c2 = tl.load(w_ptrs + (g + 2) * gstride, mask=(zero_kw + g + 2) < g_end, other=0)
-                c3 = tl.load(w_ptrs + (g + 3) * gstride, mask=(zero_kw + g + 3) < g_end, other=0)
+                c2 = tl.load(w_ptrs + (g + 2) * gstride, mask=(zero_w + g + 2) < g_end, other=0)
+                c3 = tl.load(w_ptrs + (g + 3) * gstride, mask=(zero_w + g + 3) < g_end, other=0)
         # every input of the iteration's groups is asked for before the first group is computed
-        z0, s0, x0 = _group_inputs(g, g_end, z_ptr, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP)
+        z0, s0, x0 = _group_inputs(g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP)
         z1, s1, x1 = z0, s0, x0
         z2, s2, x2 = z0, s0, x0
         z3, s3, x3 = z0, s0, x0
         if GPI >= 2:
-            z1, s1, x1 = _group_inputs(g + 1, g_end, z_ptr, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP)
+            z1, s1, x1 = _group_inputs(
+                g + 1, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP
+            )
         if GPI >= 4:
-            z2, s2, x2 = _group_inputs(g + 2, g_end, z_ptr, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP)
-            z3, s3, x3 = _group_inputs(g + 3, g_end, z_ptr, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP)
-        acc = _group(acc, c0, z0, s0, x0, DEQUANT, DOT_FP32, DTYPE)
+            z2, s2, x2 = _group_inputs(
+                g + 2, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP
+            )
+            z3, s3, x3 = _group_inputs(
+                g + 3, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP
+            )
+        acc = _group(acc, c0, z0, s0, x0, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP)
         if GPI >= 2:
-            acc = _group(acc, c1, z1, s1, x1, DEQUANT, DOT_FP32, DTYPE)
+            acc = _group(acc, c1, z1, s1, x1, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP)
         if GPI >= 4:
-            acc = _group(acc, c2, z2, s2, x2, DEQUANT, DOT_FP32, DTYPE)
-            acc = _group(acc, c3, z3, s3, x3, DEQUANT, DOT_FP32, DTYPE)
+            acc = _group(acc, c2, z2, s2, x2, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP)
+            acc = _group(acc, c3, z3, s3, x3, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP)
 
     mask = n_ok[:, None] & m_ok[None, :]
     if not SPLIT:
@@ -403,7 +455,8 @@ def _launch(
         split,
         GROUP=p.group,
         BLOCK_M=block_m,
-        BLOCK_N=cfg.block_n,
+        NW=cfg.num_warps,
+        R=cfg.rows_per_warp,
         SPLIT=split > 1,
         HAS_BIAS=bias is not None,
         DEQUANT=dequant,
@@ -461,13 +514,20 @@ def linear(
 # --- choosing a configuration ---
 
 CANDIDATES = tuple(
-    Config(block_n=bn, split_k=sk, num_warps=w, num_stages=1, prefetch=pf, gpi=gpi)
-    for bn, w in ((64, 4), (128, 4), (256, 8))
-    for gpi in (2, 4)
-    for pf in (True, False)
+    Config(block_n=bn, split_k=sk, num_warps=w, num_stages=st, prefetch=pf, gpi=gpi)
+    for bn, w in ((64, 4), (128, 4), (128, 8), (256, 8))
+    for st, pf, gpi in (
+        *((1, pf, gpi) for pf in (True, False) for gpi in (2, 4)),  # groups in flight in registers
+        *((st, False, gpi) for st in (3, 4) for gpi in (1, 2)),  # or through Triton's pipeliner (cp.async)
+    )
     for sk in (1, 2, 4, 8, 16)
 )
-QUICK_CANDIDATES = tuple(c for c in CANDIDATES if c.block_n == 64 and c.prefetch)
+QUICK_CANDIDATES = tuple(c for c in CANDIDATES if c.block_n == 64 and c.gpi <= 2)
+# what a shape the shipped table lacks is tuned over when a model loads: the family every shape chose on the
+# H100 (64 columns, 4 warps, groups in flight without prefetch or pipelining); 4 compiles, then 10 timings
+LOAD_CANDIDATES = tuple(
+    c for c in CANDIDATES if c.block_n == 64 and c.num_warps == 4 and c.num_stages == 1 and not c.prefetch
+)
 _lock = threading.Lock()
 _chosen: dict[str, Config] = {}
 
@@ -604,6 +664,8 @@ def tune(
         if best is None or us < best[0]:
             best = (us, cfg)
     del copies
+    if device.type == "cuda":  # the copies' memory goes back to the device: an engine sizes its KV cache next
+        torch.cuda.empty_cache()
     if best is None:
         return DEFAULT
     with _lock:
@@ -617,5 +679,5 @@ def prepare(p: PackedW4) -> Config:
     loading, and nothing may be timed inside a capture): known ones are kept; on a GPU, an unknown shape is
     tuned now (`SPECQ_W4A16_TUNE=0`: take the default instead)."""
     if p.qweight.is_cuda and os.environ.get("SPECQ_W4A16_TUNE", "1") != "0":
-        return tune(p)
+        return tune(p, candidates=LOAD_CANDIDATES)
     return config_for(p.n, p.k, p.qweight.device, p.group)

@@ -30,7 +30,16 @@ CASES = [
         W.Config(block_n=64, split_k=3, gpi=4),
         True,
     ),
-    ("fp16-16-rows-g64", 256, 64, 16, torch.float16, 64, W.Config(block_n=32, prefetch=False, gpi=4), False),
+    (
+        "fp16-16-rows-g64",
+        256,
+        64,
+        16,
+        torch.float16,
+        64,
+        W.Config(block_n=32, num_warps=2, prefetch=False, gpi=4),
+        False,
+    ),
     ("bf16-prefill-20", 256, 64, 20, torch.bfloat16, 32, W.Config(block_n=64, split_k=2, gpi=1), False),
     ("bf16-prefill-70", 256, 48, 70, torch.bfloat16, 128, W.Config(block_n=64), True),
 ]
@@ -74,8 +83,8 @@ def main() -> int:
             r["m_invariant"] = all(
                 bool(torch.equal(W.linear(x[:j], p, bias, cfg=cfg), y[:j])) for j in range(1, m + 1)
             ) and all(bool(torch.equal(W.linear(x[j : j + 1], p, bias, cfg=cfg)[0], y[j])) for j in range(m))
-            other = W.Config(block_n=cfg.block_n, split_k=cfg.split_k, gpi=4 if cfg.gpi != 4 else 1,
-                             prefetch=not cfg.prefetch)  # fmt: skip
+            other = W.Config(block_n=cfg.block_n, split_k=cfg.split_k, num_warps=cfg.num_warps,
+                             gpi=4 if cfg.gpi != 4 else 1, prefetch=not cfg.prefetch)  # fmt: skip
             r["same_bits_other_gpi_and_prefetch"] = bool(torch.equal(W.linear(x, p, bias, cfg=other), y))
         out[name] = r
     x3 = torch.randn(2, 3, 256).to(torch.bfloat16)

@@ -92,12 +92,32 @@ def test_repack_is_group_major_and_lossless() -> None:
     assert torch.equal(W.dequantize(p), ref)
 
 
+@pytest.mark.parametrize("group", [32, 128])
+def test_each_value_sits_where_its_tensor_core_fragment_wants_it(group: int) -> None:
+    # k = 16 (2 wi + tlo) + 8 h + 2 c + e of a group is read by lane c of a fragment's four (rows g and
+    # g + 8): word c * group/32 + wi of its column, nibble e * 4 + tlo * 2 + h (two values of a word, k and
+    # k + 1, become one bf16x2 register: nibbles p and p + 4)
+    n, wpc = 8, group // 32
+    for k in range(group):
+        q = torch.zeros(group, n, dtype=torch.uint8)
+        q[k, 3] = 9
+        p = W.pack(W.pack_awq(q), torch.zeros(1, 1, dtype=torch.int32), torch.ones(1, n).half())
+        t, rest = divmod(k, 16)
+        h, rest = divmod(rest, 8)
+        c, e = divmod(rest, 2)
+        wi, tlo = divmod(t, 2)
+        words = p.qweight[0]  # [N, group/8]
+        assert torch.count_nonzero(words) == 1
+        assert int(words[3, c * wpc + wi]) & 0xFFFFFFFF == 9 << (4 * (e * 4 + tlo * 2 + h)), k
+
+
 @pytest.mark.parametrize(
     ("qw", "qz", "s", "why"),
     [
         ((256, 8), (2, 8), (2, 60), "inconsistent AWQ shapes"),
         ((256, 8), (3, 8), (3, 64), "inconsistent AWQ shapes"),
-        ((256, 8), (32, 8), (32, 64), "group size divisible by 16"),
+        ((256, 8), (32, 8), (32, 64), "group size divisible by 32"),
+        ((256, 8), (16, 8), (16, 64), "group size divisible by 32"),
     ],
 )
 def test_shapes_the_kernel_cannot_run_are_refused(qw, qz, s, why: str) -> None:
@@ -131,10 +151,18 @@ def test_the_chosen_configuration_comes_from_the_cache_file_then_the_shipped_tab
 
 def test_the_shipped_table_names_valid_configurations() -> None:
     table = json.loads(W.SHIPPED.read_text(encoding="utf-8"))
-    assert "NVIDIA-H200" in table
+    assert table, "no GPU in the shipped table"
     fields = set(asdict(W.DEFAULT))
     for gpu, entries in table.items():
         for key, entry in entries.items():
-            cfg = W.Config(**{f: entry[f] for f in fields})
-            assert cfg.block_n in (64, 128, 256) and cfg.gpi in (1, 2, 4), (gpu, key)
+            cfg = W.Config(**{f: entry[f] for f in fields})  # a block that is not whole warps raises
+            assert cfg in W.CANDIDATES, (gpu, key)
             assert key.endswith("-g128")
+
+
+def test_a_configuration_whose_block_is_not_whole_warps_is_refused() -> None:
+    assert W.Config(block_n=128, num_warps=4).rows_per_warp == 2
+    with pytest.raises(ValueError, match="multiple of 16 num_warps"):
+        W.Config(block_n=64, num_warps=8)
+    with pytest.raises(ValueError, match="gpi"):
+        W.Config(gpi=3)
