@@ -524,6 +524,103 @@ def fill_record(
     return rec
 
 
+# LMDeploy's own endpoint for a completion workload's reference pass. LMDeploy 0.18's /v1/completions never
+# returns logprobs (its stream raises "logprobs is removed" and drops the connection; the whole reply sets
+# none: `serve/openai/endpoints/completions.py`), /generate does, for the same raw prompt (no chat template):
+# the output ids and each token's top alternatives as (logprob, id) pairs.
+GENERATE_PATH = "/generate"
+
+
+def generate_payload(spec: RequestSpec, prompt: Prompt) -> dict[str, Any]:
+    """LMDeploy's /generate request for `prompt`, asking for `spec.top_logprobs` alternatives a token."""
+    body: dict[str, Any] = {
+        "prompt": prompt.as_text(),
+        "max_tokens": spec.max_tokens,
+        "temperature": spec.temperature,
+        "return_logprob": True,
+        "top_logprobs_num": spec.top_logprobs or 1,
+        "stream": False,
+    }
+    if spec.ignore_eos:
+        body["ignore_eos"] = True
+    return body
+
+
+def generate_record(
+    rec: RequestRecord, reply: Any, decode: Callable[[Sequence[int]], str] | None = None
+) -> RequestRecord:
+    """Fill `rec` from a /generate reply (`text`, `output_ids`, `meta_info.output_token_logprobs` and
+    `output_top_logprobs`). Each token's text is what it adds to the decoded output (so the texts spell
+    the output, as a completion's logprobs do) and each alternative's its own decoded text; without a
+    tokenizer (`decode`) they are the ids as strings. A reply of another shape is an error, never a guess."""
+    try:
+        text = reply["text"]
+        ids = [int(i) for i in reply["output_ids"]]
+        meta = reply.get("meta_info") or {}
+        chosen = [(float(lp), int(i)) for lp, i in meta.get("output_token_logprobs") or []]
+        tops = [[(float(lp), int(i)) for lp, i in alts] for alts in meta.get("output_top_logprobs") or []]
+        if not isinstance(text, str) or (chosen and len(chosen) != len(ids)):
+            raise ValueError("the logprobs do not match the output")
+    except (KeyError, TypeError, ValueError) as e:
+        rec.ok, rec.error = False, f"unexpected /generate reply: {type(e).__name__}: {e}"[:300]
+        return rec
+    rec.output_text, rec.token_ids, rec.output_tokens = text, ids, len(ids)
+    rec.finish_reason = ((meta.get("finish_reason") or {}).get("type")) if isinstance(meta, dict) else None
+
+    def one(i: int) -> str:
+        return decode([i]) if decode is not None else str(i)
+
+    if decode is not None:  # what each token adds to the text decoded so far
+        done = [decode(ids[: n + 1]) for n in range(len(ids))]
+        before = ["", *done[:-1]]
+        steps = zip(before, done, ids, strict=True)
+        pieces = [b[len(a) :] if b.startswith(a) else one(i) for a, b, i in steps]
+    else:
+        pieces = [str(i) for i in ids]
+    if chosen:
+        rec.scores = [
+            TokenScore(
+                token=pieces[n],
+                logprob=chosen[n][0],
+                top=[(one(i), lp) for lp, i in sorted(tops[n], key=lambda t: -t[0])] if n < len(tops) else [],
+            )
+            for n in range(len(ids))
+        ]
+    return rec
+
+
+async def run_generate(
+    base_url: str,
+    spec: RequestSpec,
+    prompts: Sequence[Prompt],
+    *,
+    concurrency: int,
+    decode: Callable[[Sequence[int]], str] | None = None,
+) -> list[RequestRecord]:
+    """`prompts` through LMDeploy's /generate, at most `concurrency` at once: one record each, in order
+    (errors recorded, never raised)."""
+    import httpx
+
+    timeout = httpx.Timeout(spec.timeout_s, connect=min(spec.timeout_s, 30.0))
+    headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else None
+    gate = asyncio.Semaphore(max(1, concurrency))
+    async with httpx.AsyncClient(timeout=timeout, headers=headers) as client:
+
+        async def one(p: Prompt) -> RequestRecord:
+            rec = RequestRecord(id=p.id, category=p.category)
+            async with gate:
+                try:
+                    url = base_url.rstrip("/") + GENERATE_PATH
+                    r = await client.post(url, json=generate_payload(spec, p))
+                    r.raise_for_status()
+                    return generate_record(rec, r.json(), decode)
+                except (httpx.HTTPError, ValueError) as e:
+                    rec.ok, rec.error = False, f"{type(e).__name__}: {e}".strip()[:300]
+                    return rec
+
+        return list(await asyncio.gather(*(one(p) for p in prompts)))
+
+
 async def run_requests(
     base_url: str,
     spec: RequestSpec,

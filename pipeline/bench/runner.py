@@ -64,7 +64,7 @@ from .analysis import (
     warmup_settled,
     weight_bytes_per_token,
 )
-from .client import RequestSpec, TokenCounter, load_token_counter, run_async, run_requests
+from .client import RequestSpec, TokenCounter, load_token_counter, run_async, run_generate, run_requests
 from .limits import check_prompt_lengths
 from .metrics import Scrape, acceptance, scrape, server_check, settled_scrape
 from .request import BenchRequest
@@ -250,7 +250,12 @@ class RunContext:
         timed = {r.id: r for r in run.requests if r.ok and r.repeat == 0 and r.trial == 0}
         t0 = time.perf_counter()
         prompts = self.workload.prompts
-        records, _ = run_async(run_requests(base_url, spec, prompts, concurrency=run.concurrency))
+        if run.engine == "lmdeploy" and spec.mode == "completion":  # its /v1/completions has no logprobs
+            decode = getattr(self.counter, "decode", None)
+            job = run_generate(base_url, spec, prompts, concurrency=run.concurrency, decode=decode)
+            records = run_async(job)
+        else:
+            records, _ = run_async(run_requests(base_url, spec, prompts, concurrency=run.concurrency))
         ref = ReferencePass(requests=len(records), seconds=round(time.perf_counter() - t0, 3))
         for r in records:
             if not r.ok:

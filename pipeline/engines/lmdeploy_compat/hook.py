@@ -87,7 +87,7 @@ PATCHES = {
         files={
             "lmdeploy/pytorch/backends/cuda/awq_modules.py": (
                 "b274e960f9caf7e779ae5e2a468b3e6630be7aac0fa6a82de01ff3ac6a36c9cb",
-                "0cc6848aedaafa2c7abf96bbfb27556511836ee5871bef5b80f76db38d6081e4",
+                "6a81542cb987c1df33fcaf6f1baf5a110b0b7b244652b1261dc7133a574028e6",
             ),
         },
     ),
