@@ -28,7 +28,7 @@ def test_the_diff_applies_in_memory_to_the_recorded_patched_hash() -> None:
     build = new[new.index("def _build_linear_w4a16") :]
     # specq's linear comes before LMDeploy's own choice, and only for layers the kernel can run
     assert build.index("SpecqAwqLinearW4A16Impl") < build.index("if provider in ('auto', 'turbomind')")
-    assert "spec.group_size % 16 == 0" in build and "spec.w_bit == 4" in build
+    assert "spec.group_size % 32 == 0" in build and "spec.w_bit == 4" in build
 
 
 CHILD = r"""
