@@ -19,6 +19,13 @@ from typer.testing import CliRunner
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# Under pytest-xdist every worker, and every process its tests start (servers, specq commands), computes on
+# one CPU thread: the workers already fill the cores, and torch's default of a thread per core in each would
+# oversubscribe them, where OpenMP's spin-waiting makes a step several times slower (docs/performance.md,
+# "Threads on a shared CPU"; docs/ci.md). Set before any test imports torch, which reads it once.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 # What a module waits for on a cold cache, in the order a run should start them: the Qwen3.5 toy (about 4
 # minutes, the longest chain of the run), the small toy pair (about 2 minutes), nothing.
