@@ -8,14 +8,20 @@ What it guarantees, and how:
   size) only, never from M. Split-K writes each split's fp32 partial sums to a workspace that a
   second kernel adds up in split order: no atomics. So row i of the output is bit-identical whether it was
   computed alone or among 16 rows, and two runs of the same input agree bit for bit.
-- **One read of each 4-bit weight, in long runs.** The weights are repacked once, at load, from AWQ's gemm
-  layout (qweight int32 [K, N/8], nibbles along N) to a group-major one (int32 [K/g, N, g/8]: one group's
-  words for every output column, each column's g values of k in g/8 words; nibble p of a word holds k
-  offset (0, 2, 4, 6, 1, 3, 5, 7)[p], AWQ's own interleave, so one mask-and-or turns a word into two
-  activation-dtype values at once). A block of columns then reads one contiguous run of memory per group
-  (4 KB for 64 columns) rather than 64 bytes per column. The zero points become one byte per
-  (group, column); the scales stay as they are. The repack is lossless: `unpack_awq` of either layout gives
-  the same integers (tests).
+- **Weights in tensor-core fragment order, read once.** The kernel computes out^T = W x^T: the dequantized
+  weights are the A operand of the tensor-core instruction (wgmma on Hopper reads it from registers; mma.sync
+  elsewhere), the activations, 16 rows padded, its small B operand. The weights are repacked once, at load,
+  from AWQ's gemm layout (qweight int32 [K, N/8], nibbles along N) to a group-major one, int32 [K/g, N, g/8]:
+  one group's words for every output column, contiguous, and within a column the words in the order the A
+  fragment wants them. Lane 4g + c of a warp holds rows g and g + 8 and, of every 16 k, k = 2c, 2c + 1,
+  2c + 8, 2c + 9; so word c * g/32 + wi of a column holds, at nibble e * 4 + tlo * 2 + h, the value of
+  k = 16 (2 wi + tlo) + 8 h + 2 c + e. Each thread loads its g/32 words as one run (16 bytes for g = 128),
+  one mask-and-or turns nibbles p and p + 4 into the activation-dtype pair (k, k + 1) that one fragment
+  register holds, and the tile built from them (`_fragment_tile`: a permute and a reshape of the words'
+  index space [4 c, 8 g, warps, 2 j, R, g/32 wi]) already has the fragment's layout: no value goes through
+  shared memory on its way to the tensor cores. The zero points become one byte per (group, column); the
+  scales stay as they are. The repack is lossless (`dequantize` of the packed layer equals AWQ's; tests).
+  Group sizes must be divisible by 32.
 - **Dequantization in registers, scale after the dot.** A 4-bit q and its zero z become the exact small
   integer q - z in the activation dtype (magic-number trick: bits 0x4300 | q are bf16 128 + q, 0x6400 | q are
   fp16 1024 + q, so (128 + q) - (128 + z) is exact); the tensor cores multiply those by the activations in
