@@ -37,7 +37,10 @@ JIT = ["--jit-requests", str(JIT_REQUESTS), "--jit-s", str(JIT_FIRST_S)]  # requ
 # The repetition tests are about outputs, not timing: warm-up and consistency tolerances 10x the defaults'
 # 5 % and 10 % keep a busy machine's jitter from adding an `unsteady` or `inconsistent` flag to what they
 # check (a shared 2-core machine did, 2026-12-02).
-NOT_TIMING = {"warmup_tolerance": 0.5, "consistency_tolerance": 1.0}
+# The repetition tests' subject is not timing: tolerances at their widest, and they assert on the repetition
+# flags alone (a busy machine can still leave a warm-up unsettled: 336.9 then 555.3 tok/s on a 2026-12-05 run
+# with three workers on two cores, which flagged the run unsteady and so its headline not reliable)
+NOT_TIMING = {"warmup_tolerance": 1.0, "consistency_tolerance": 1.0}
 
 
 def config(tmp_path, **bench) -> SpecqConfig:
@@ -142,7 +145,7 @@ def test_a_model_stuck_in_a_loop_is_flagged_repetitive_and_the_headline_says_so(
     base, spec = report.runs
     assert base.requests and base.requests[0].output_text.startswith(" w")
     assert [f for f in base.flags if f.startswith("repetitive: the outputs loop")], base.flags
-    assert spec.flags == []  # the baseline carries it: every speculative run reproduces its text
+    assert not [f for f in spec.flags if f.startswith("repetitive")]  # the baseline carries it
     h = report.headline
     assert h is not None and not h.reliable and "repetitive" in h.text and "NOT RELIABLE" in h.text
     assert "REPETITIVE" in render(report, "table")
@@ -170,7 +173,8 @@ def test_a_model_that_loops_on_some_prompts_gets_a_note_not_a_flag(tmp_path):
     outputs = {r.id: r.output_text for r in base.requests}
     loops = sum(len(set(o.split())) <= 2 for o in outputs.values())
     assert 0 < loops < len(outputs) / 2, outputs  # the synthetic server's hashes put some prompts in a loop
-    assert not any(f.startswith("repetitive") for f in base.flags) and report.headline.reliable
+    assert not any(f.startswith("repetitive") for f in base.flags)
+    assert not [w for w in report.headline.warnings if "repetitive" in w], report.headline.warnings
     note = f"baseline@c1: partly repetitive: {loops}/{len(outputs)} outputs loop (e.g. ' w"
     assert [n for n in report.notes if n.startswith(note)], report.notes
     assert note in render(report, "table")
