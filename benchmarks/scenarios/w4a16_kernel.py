@@ -14,7 +14,8 @@ tensors (4-bit weights, fp16 scales, 4-bit zeros) over that time, for every 4-bi
 Checks, for specq's kernel, on fresh random inputs: the relative error against the fp32 dequantized reference
 (‖out − ref‖ / ‖ref‖), bitwise equality of two runs (deterministic), of each row computed alone and among M
 rows
-(M-invariant: row i at M = 1 and M = 16), and of the inline-PTX and pure-Triton dequantization.
+(M-invariant: row i at M = 1 and M = 16), of the inline-PTX and pure-Triton dequantization, of the chosen
+configuration with and without a register cap, and of 50 launches at split-K 8 (the last block's sum).
 
 `--tune` times every candidate configuration per shape first (`w4a16.tune`, 16 rows) and writes the choices to
 the kernel's cache file (and DIR/w4a16-tuned.json). Outputs: DIR/w4a16_kernel.json (every figure) and
@@ -30,6 +31,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +138,14 @@ def checks(n: int, k: int, dtype: torch.dtype) -> dict[str, Any]:
     out["m_invariant"] = invariant
     out["asm_equals_pure"] = bool(torch.equal(y16, W.linear(x, p, dequant=W.DEQUANT_PURE)))
     out["asm_equals_pairs"] = bool(torch.equal(y16, W.linear(x, p, dequant=W.DEQUANT_PAIRS)))
+    cfg = W.config_for(n, k, x.device)
+    capped = W.Config(**{**asdict(cfg), "maxnreg": 0 if cfg.maxnreg else 96})
+    out["register_cap_same_bits"] = bool(torch.equal(y16, W.linear(x, p, cfg=capped)))
+    # split-K's last block adds the partial sums: 50 launches at 8 splits give one result, near the reference
+    split = W.Config(**{**asdict(cfg), "split_k": 8})
+    ys = [W.linear(x, p, cfg=split) for _ in range(50)]
+    out["split8_deterministic"] = all(bool(torch.equal(ys[0], y)) for y in ys[1:])
+    out["split8_rel_error"] = ((ys[0].float() - ref).norm() / ref.norm()).item()
     x64 = torch.randn(80, k, device="cuda", dtype=dtype)
     y64 = W.linear(x64, p)
     ref64 = x64.float() @ ref_w

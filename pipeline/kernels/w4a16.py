@@ -64,10 +64,13 @@ class Config:
     num_stages: int = 1
     prefetch: bool = True
     gpi: int = 2  # groups an iteration: 1, 2 or 4
+    maxnreg: int = 0  # registers a thread at most (0: the compiler's choice); fewer let more blocks share an SM
 
     def __post_init__(self) -> None:
         if self.block_n % (16 * self.num_warps) or self.gpi not in (1, 2, 4):
             raise ValueError(f"block_n must be a multiple of 16 num_warps and gpi 1, 2 or 4: {self}")
+        if self.maxnreg and not 24 <= self.maxnreg <= 255:
+            raise ValueError(f"maxnreg must be 0 or 24..255: {self}")
 
     @property
     def rows_per_warp(self) -> int:
@@ -76,7 +79,7 @@ class Config:
     def key(self) -> str:
         return (
             f"n{self.block_n}-s{self.split_k}-w{self.num_warps}-st{self.num_stages}-p{int(self.prefetch)}"
-            f"-g{self.gpi}"
+            f"-g{self.gpi}" + (f"-r{self.maxnreg}" if self.maxnreg else "")
         )
 
 
@@ -297,7 +300,7 @@ def _group(acc, words, z, s, xt, DEQUANT: tl.constexpr, DOT_FP32: tl.constexpr, 
 
 @triton.jit
 def _w4a16_kernel(
-    x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, ws_ptr,
+    x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
     M, N, K, stride_xm, stride_om, split_k,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, NW: tl.constexpr, R: tl.constexpr, SPLIT: tl.constexpr,
     HAS_BIAS: tl.constexpr, DEQUANT: tl.constexpr, PREFETCH: tl.constexpr, GPI: tl.constexpr,
@@ -305,7 +308,10 @@ def _w4a16_kernel(
 ):  # fmt: skip
     """One block of BLOCK_N = 16 NW R columns over one split of K, GPI groups an iteration: the GPI groups'
     words are loaded together (PREFETCH: one iteration ahead, into registers), each thread reading the 16-byte
-    runs of the words its tensor-core fragments need; groups are added into the fp32 accumulator in order."""
+    runs of the words its tensor-core fragments need; groups are added into the fp32 accumulator in order.
+    Split-K (SPLIT): each block writes its fp32 partial sums to the workspace and counts itself done on its
+    tile's counter; the block that counts last adds the tile's partial sums in split order (the same sum
+    whichever block that is) and sets the counter back to 0 for the next launch."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -405,26 +411,20 @@ def _w4a16_kernel(
         o_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
         tl.store(o_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
     else:
-        w_ptrs_out = ws_ptr + pid_k * M * N + offs_m[None, :] * N + offs_n[:, None]
-        tl.store(w_ptrs_out, acc, mask=mask)
-
-
-@triton.jit
-def _split_sum_kernel(
-    ws_ptr, bias_ptr, out_ptr, M, N, stride_om, split_k, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr
-):
-    """out = the split-K partial sums added in split order (+ bias), in the output dtype."""
-    pid = tl.program_id(0)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    ok = offs < M * N
-    acc = tl.load(ws_ptr + offs, mask=ok, other=0.0)
-    for s in range(1, split_k):  # in split order: the same sum every time
-        acc += tl.load(ws_ptr + s * M * N + offs, mask=ok, other=0.0)
-    n = offs % N
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + n, mask=ok, other=0.0).to(tl.float32)
-    m = offs // N
-    tl.store(out_ptr + m * stride_om + n, acc.to(out_ptr.dtype.element_ty), mask=ok)
+        ws_tile = ws_ptr + offs_m[None, :] * N + offs_n[:, None]
+        tl.store(ws_tile + pid_k * M * N, acc, mask=mask)
+        tl.debug_barrier()  # every thread's partial sums are written before the block counts itself done
+        tile_cnt = cnt_ptr + pid_m * tl.num_programs(0) + pid_n
+        done = tl.atomic_add(tile_cnt, 1, sem="acq_rel", scope="gpu")  # orders the stores above before it
+        if done == split_k - 1:  # the tile's last block: every split's partial sums are in the workspace
+            total = tl.load(ws_tile, mask=mask, other=0.0, cache_modifier=".cg")
+            for sp in range(1, split_k):  # in split order: the same sum every time
+                total += tl.load(ws_tile + sp * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+            if HAS_BIAS:
+                total += tl.load(bias_ptr + offs_nc).to(tl.float32)[:, None]
+            o_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
+            tl.store(o_ptrs, total.to(out_ptr.dtype.element_ty), mask=mask)
+            tl.atomic_xchg(tile_cnt, 0, sem="relaxed", scope="gpu")  # ready for the next launch
 
 
 # --- launching ---
@@ -435,6 +435,25 @@ PREFILL = Config(block_n=128, split_k=1, num_warps=8, num_stages=2, prefetch=Fal
 
 DEQUANT_PURE, DEQUANT_PAIRS, DEQUANT_ASM = 0, 1, 2  # the same bits three ways (tests compare them)
 
+_counters: dict[torch.device, torch.Tensor] = {}
+
+
+def _tile_counters(device: torch.device, tiles: int) -> torch.Tensor:
+    """Split-K's per-tile counters on `device`: zeros between launches (each launch's last blocks set theirs
+    back), shared by every layer, since launches on a stream run one after another. Allocated, or grown, outside
+    a CUDA graph capture: `prepare` does it when a layer loads."""
+    with _lock:
+        buf = _counters.get(device)
+        if buf is None or buf.numel() < tiles:
+            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError(
+                    "specq's W4A16 kernel: split-K counters were not allocated before CUDA graph capture "
+                    "(call w4a16.prepare on each layer after loading it)"
+                )
+            buf = torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device)
+            _counters[device] = buf
+        return buf
+
 
 def _launch(
     x2: torch.Tensor, p: PackedW4, bias: torch.Tensor | None, cfg: Config, block_m: int, dequant: int
@@ -443,8 +462,13 @@ def _launch(
     out = torch.empty((m, n), dtype=x2.dtype, device=x2.device)
     groups = k // p.group
     split = max(1, min(cfg.split_k, groups))
-    ws = torch.empty((split, m, n), dtype=torch.float32, device=x2.device) if split > 1 else out
     grid = (triton.cdiv(n, cfg.block_n), split, triton.cdiv(m, block_m))
+    if split > 1:
+        ws = torch.empty((split, m, n), dtype=torch.float32, device=x2.device)
+        cnt = _tile_counters(x2.device, grid[0] * grid[2])
+    else:
+        ws = cnt = out  # not read
+    extra = {"maxnreg": cfg.maxnreg} if cfg.maxnreg and not INTERPRET else {}
     _w4a16_kernel[grid](
         x2,
         p.qweight,
@@ -453,6 +477,7 @@ def _launch(
         bias if bias is not None else out,
         out,
         ws,
+        cnt,
         m,
         n,
         k,
@@ -471,21 +496,8 @@ def _launch(
         DOT_FP32=INTERPRET,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
+        **extra,
     )
-    if split > 1:
-        block = 1024
-        _split_sum_kernel[(triton.cdiv(m * n, block),)](
-            ws,
-            bias if bias is not None else out,
-            out,
-            m,
-            n,
-            out.stride(0),
-            split,
-            HAS_BIAS=bias is not None,
-            BLOCK=block,
-            num_warps=4,
-        )
     return out
 
 
@@ -519,20 +531,26 @@ def linear(
 
 # --- choosing a configuration ---
 
+# a block's registers bound how many blocks share a multiprocessor, and so how many bytes of weights are in
+# flight: 64 columns and 4 warps with 2 groups an iteration take 117 registers a thread (4 blocks an SM),
+# capped at 96 they take 5 without spilling (Triton 3.6, sm_90, read from the compiled code); caps that spill
+# a few bytes are candidates too, for the timing to judge
+REG_CAPS = {(False, 2): (96, 80), (False, 4): (128,), (True, 2): (96, 128)}  # (prefetch, gpi) -> maxnreg
 CANDIDATES = tuple(
-    Config(block_n=bn, split_k=sk, num_warps=w, num_stages=st, prefetch=pf, gpi=gpi)
+    Config(block_n=bn, split_k=sk, num_warps=w, num_stages=st, prefetch=pf, gpi=gpi, maxnreg=r)
     for bn, w in ((64, 4), (128, 4), (128, 8), (256, 8))
-    for st, pf, gpi in (
-        *((1, pf, gpi) for pf in (True, False) for gpi in (2, 4)),  # groups in flight in registers
-        *((st, False, gpi) for st in (3, 4) for gpi in (1, 2)),  # or through Triton's pipeliner (cp.async)
+    for st, pf, gpi, r in (
+        *((1, pf, gpi, 0) for pf in (True, False) for gpi in (2, 4)),  # groups in flight in registers
+        *((1, pf, gpi, r) for (pf, gpi), caps in REG_CAPS.items() for r in caps if bn == 64 and w == 4),
+        *((st, False, gpi, 0) for st in (3, 4) for gpi in (1, 2)),  # or through Triton's pipeliner (cp.async)
     )
     for sk in (1, 2, 4, 8, 16)
 )
-QUICK_CANDIDATES = tuple(c for c in CANDIDATES if c.block_n == 64 and c.gpi <= 2)
-# what a shape the shipped table lacks is tuned over when a model loads: the family every shape chose on the
-# H100 (64 columns, 4 warps, groups in flight without prefetch or pipelining); 4 compiles, then 10 timings
-LOAD_CANDIDATES = tuple(
-    c for c in CANDIDATES if c.block_n == 64 and c.num_warps == 4 and c.num_stages == 1 and not c.prefetch
+# what a shape the shipped table lacks is tuned over when a model loads, and the benchmark's quick search: the
+# family every shape chose on the H100 and the H200 (64 columns, 4 warps, groups in flight in registers, with
+# and without a register cap)
+QUICK_CANDIDATES = LOAD_CANDIDATES = tuple(
+    c for c in CANDIDATES if c.block_n == 64 and c.num_warps == 4 and c.num_stages == 1
 )
 _lock = threading.Lock()
 _chosen: dict[str, Config] = {}
@@ -683,7 +701,11 @@ def tune(
 def prepare(p: PackedW4) -> Config:
     """Make sure `p`'s shape has a configuration before it is used (LMDeploy captures CUDA graphs after
     loading, and nothing may be timed inside a capture): known ones are kept; on a GPU, an unknown shape is
-    tuned now (`SPECQ_W4A16_TUNE=0`: take the default instead)."""
+    tuned now (`SPECQ_W4A16_TUNE=0`: take the default instead). Split-K's counters are allocated here too, for
+    any block size."""
     if p.qweight.is_cuda and os.environ.get("SPECQ_W4A16_TUNE", "1") != "0":
-        return tune(p, candidates=LOAD_CANDIDATES)
-    return config_for(p.n, p.k, p.qweight.device, p.group)
+        cfg = tune(p, candidates=LOAD_CANDIDATES)
+    else:
+        cfg = config_for(p.n, p.k, p.qweight.device, p.group)
+    _tile_counters(p.qweight.device, triton.cdiv(p.n, 16))
+    return cfg

@@ -3,7 +3,7 @@ tests/unit/kernels/test_w4a16.py, so that the interpreter mode (chosen when Trit
 out of the test process. Prints one JSON document: for each case, the relative error against the fp32
 dequantized reference and that of the reference itself rounded to the activation dtype, and the bitwise
 checks (M-invariance, determinism, the pairs-of-nibbles dequantization against the plain one, one
-configuration's bits against another's)."""
+configuration's bits against another's, split-K's counters back at zero after a launch)."""
 
 from __future__ import annotations
 
@@ -79,6 +79,8 @@ def main() -> int:
             "deterministic": bool(torch.equal(y, W.linear(x, p, bias, cfg=cfg))),
             "pairs_equal_pure": bool(torch.equal(y, W.linear(x, p, bias, cfg=cfg, dequant=W.DEQUANT_PURE))),
         }
+        if cfg.split_k > 1 and m <= W.SMALL_M:  # the last block of each tile set its counter back
+            r["split_counters_zero"] = bool((W._tile_counters(x.device, 1) == 0).all())
         if m <= W.SMALL_M:
             r["m_invariant"] = all(
                 bool(torch.equal(W.linear(x[:j], p, bias, cfg=cfg), y[:j])) for j in range(1, m + 1)
