@@ -5,8 +5,9 @@ every weight of the model once, so its time is the time to read the weights.
 What it guarantees, and how:
 - **Deterministic and M-invariant.** Every M from 1 to 16 runs one compiled kernel (the rows are padded to
   16 inside the tensor-core dot), with a launch configuration chosen from the layer's shape (N, K, group
-  size) only, never from M. Split-K writes each split's fp32 partial sums to a workspace that a
-  second kernel adds up in split order: no atomics. So row i of the output is bit-identical whether it was
+  size) only, never from M. Split-K writes each split's fp32 partial sums to a workspace that the
+  tile's last block adds up in split order (a per-tile counter says which block is last; no atomics on the
+  data). So row i of the output is bit-identical whether it was
   computed alone or among 16 rows, and two runs of the same input agree bit for bit.
 - **Weights in tensor-core fragment order, read once.** The kernel computes out^T = W x^T: the dequantized
   weights are the A operand of the tensor-core instruction (wgmma on Hopper reads it from registers; mma.sync
@@ -64,7 +65,9 @@ class Config:
     num_stages: int = 1
     prefetch: bool = True
     gpi: int = 2  # groups an iteration: 1, 2 or 4
-    maxnreg: int = 0  # registers a thread at most (0: the compiler's choice); fewer let more blocks share an SM
+    maxnreg: int = (
+        0  # registers a thread at most (0: the compiler's choice); fewer let more blocks share an SM
+    )
 
     def __post_init__(self) -> None:
         if self.block_n % (16 * self.num_warps) or self.gpi not in (1, 2, 4):
@@ -440,8 +443,8 @@ _counters: dict[torch.device, torch.Tensor] = {}
 
 def _tile_counters(device: torch.device, tiles: int) -> torch.Tensor:
     """Split-K's per-tile counters on `device`: zeros between launches (each launch's last blocks set theirs
-    back), shared by every layer, since launches on a stream run one after another. Allocated, or grown, outside
-    a CUDA graph capture: `prepare` does it when a layer loads."""
+    back), shared by every layer, since launches on a stream run one after another. Allocated, or grown,
+    outside a CUDA graph capture: `prepare` does it when a layer loads."""
     with _lock:
         buf = _counters.get(device)
         if buf is None or buf.numel() < tiles:
