@@ -52,7 +52,7 @@ def _gone(server: psutil.Process, port: int, timeout_s: float = 20) -> bool:
 def _bench(toy_pair, out: Path, cwd: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [*SPECQ, "-q", "bench", str(toy_pair.target), "--draft-model", str(toy_pair.draft), "--engine",
-         "embedded", "--draft-tokens", "3", "--requests", "40", "--max-tokens", "48", "--warmup", "0",
+         "embedded", "--draft-tokens", "3", "--requests", "400", "--max-tokens", "48", "--warmup", "0",
          "--out", str(out)],
         cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

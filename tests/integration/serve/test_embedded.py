@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 
 import httpx
 import pytest
@@ -147,20 +146,33 @@ def test_bad_requests(server) -> None:
 
 
 def test_full_queue_answers_429(server) -> None:
-    """One request runs, `max_queue` (2) wait, the rest are turned away with 429, not queued forever."""
-    long_body = {"prompt": "class A:", "max_tokens": 400, "ignore_eos": True}
-    body = {"prompt": "class A:", "max_tokens": 8, "ignore_eos": True}
-
-    def post(b: dict) -> int:
-        return httpx.post(f"{server.base_url}/v1/completions", json=b, timeout=300).status_code
-
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        # the long request occupies the engine first, so the next three arrive while it runs
-        running = pool.submit(post, long_body)
-        time.sleep(0.5)
-        assert not running.done()
-        codes = list(pool.map(post, [body] * 3)) + [running.result()]
-    assert codes.count(200) == 3 and codes.count(429) == 1, codes
+    """One request generating and `max_queue` (2) waiting: the next is turned away with 429, not queued
+    forever, and the waiting ones are served. Streamed requests get their status when they are admitted, so
+    the four arrive in a known order without threads; the premise (the long one still generating when the
+    fourth arrives) is read from the server's own queue gauge, and an attempt whose long request ended first
+    (a very slow machine: it had ~2000 tokens to go) is tried again rather than judged."""
+    url = f"{server.base_url}/v1/completions"
+    long_body = {"prompt": "class A:", "max_tokens": 2000, "ignore_eos": True, "stream": True}
+    short = {"prompt": "class A:", "max_tokens": 8, "ignore_eos": True, "stream": True}
+    with httpx.Client(timeout=300) as client:
+        for _attempt in range(3):
+            with ExitStack() as stack:
+                long = stack.enter_context(client.stream("POST", url, json=long_body))
+                assert long.status_code == 200
+                assert next(line for line in long.iter_lines() if line.startswith("data: "))  # generating
+                waiting = [stack.enter_context(client.stream("POST", url, json=short)) for _ in range(2)]
+                fourth = stack.enter_context(client.stream("POST", url, json=short))
+                queued = total(scrape(f"{server.base_url}/metrics"), "lmdeploy:num_requests_waiting")
+                if fourth.status_code == 200 and queued < 2:
+                    continue  # the long request had ended before the fourth arrived: no full queue to test
+                assert [r.status_code for r in waiting] == [200, 200]
+                assert fourth.status_code == 429, (fourth.status_code, queued)
+                assert "queue full" in json.loads(fourth.read())["error"]["message"]
+                long.close()  # the client goes away: the server stops generating for it
+                for r in waiting:
+                    assert "data: [DONE]" in list(r.iter_lines())
+                return
+    pytest.fail("the 2000-token request ended before the queue filled, three times over")
 
 
 def test_logprobs_are_refused_while_speculating_but_token_ids_are_served(server) -> None:

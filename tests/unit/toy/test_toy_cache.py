@@ -3,26 +3,30 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from specq.pipeline.toy import build as toy_build
 
 
 def test_second_builder_waits_for_the_first(tmp_path) -> None:
+    """The first builder keeps the lock until the second has said it waits (no sleep decides the order)."""
     lock = tmp_path / ".k.lock"
     events: list[str] = []
-    held = threading.Event()
+    held, told = threading.Event(), threading.Event()
+
+    def said(line: str) -> None:
+        events.append(line)
+        told.set()
 
     def first() -> None:
         with toy_build._build_lock(lock, events.append):
             held.set()
-            time.sleep(0.3)
+            assert told.wait(60)
             events.append("first done")
 
     t = threading.Thread(target=first)
     t.start()
-    held.wait(5)
-    with toy_build._build_lock(lock, events.append):
+    assert held.wait(60)
+    with toy_build._build_lock(lock, said):
         events.append("second in")
     t.join()
     assert events[0].startswith("another process is building")
