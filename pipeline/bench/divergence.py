@@ -74,25 +74,42 @@ def common_prefix(a: Sequence[object], b: Sequence[object]) -> int:
 
 
 def _reference_index(
-    ref: RequestRecord, base_text: str, char: int, piece: Callable[[str], str] | None = None
+    ref: RequestRecord,
+    base_text: str,
+    char: int,
+    piece: Callable[[str], str] | None = None,
+    decode: Callable[[Sequence[int]], str] | None = None,
 ) -> int | None:
-    """The index of the reference token whose text covers character `char` of the baseline's output, when
-    the reference's token strings spell its text (as they are, or — LMDeploy's byte-level vocabulary
-    entries — turned into text by the tokenizer's `piece`) and that text agrees with the baseline's through
-    `char`; else None."""
+    """The index of the reference token at character `char` of the baseline's output, when the reference's
+    text agrees with the baseline's through `char`: the token whose string covers it when the token strings
+    spell the text (as they are, or — LMDeploy's byte-level vocabulary entries — turned into text by the
+    tokenizer's `piece`); else, from the reference's token ids and the tokenizer's `decode`, the first token
+    after the last prefix that decodes to whole characters before `char` (a token that ends inside a UTF-8
+    character spells nothing alone, so the divergent character starts there); else None."""
+    if ref.output_text[: char + 1] != base_text[: char + 1]:
+        return None
     scores = ref.scores or []
     texts = [s.token for s in scores]
     if "".join(texts) != ref.output_text and piece is not None:
         texts = [piece(t) for t in texts]
-    if "".join(texts) != ref.output_text:
+    if "".join(texts) == ref.output_text:
+        end = 0
+        for i, text in enumerate(texts):
+            end += len(text)
+            if end > char:
+                return i
         return None
-    if ref.output_text[: char + 1] != base_text[: char + 1]:
+    ids = ref.token_ids or []
+    if decode is None:
         return None
-    end = 0
-    for i, text in enumerate(texts):
-        end += len(text)
-        if end > char:
-            return i
+    want, before = base_text[: char + 1], base_text[:char]
+    start = None
+    for n in range(len(ids) + 1):
+        text = decode(ids[:n])
+        if text[: char + 1] == want:
+            return start if start is not None and start < len(ids) else None
+        if before.startswith(text):
+            start = n
     return None
 
 
@@ -132,7 +149,7 @@ def explain(
         same = ref.token_ids[: position + 1] == sa[: position + 1] and position < len(sa)
         index = position if same else None
     else:
-        index = _reference_index(ref, a, common_prefix(a, b), piece)
+        index = _reference_index(ref, a, common_prefix(a, b), piece, decode)
     if index is None or index >= len(ref.scores):
         why = "the reference pass's output leaves the timed baseline's before this token"
         return Divergence(position, base_tok, run_tok, None, None, "unexplained", why)

@@ -263,3 +263,30 @@ def test_lmdeploy_vocabulary_pieces_are_read_through_the_local_tokenizer(recorde
     base, run = runs(recorded)
     m = lossless(base, run, counter).mismatches[0]  # type: ignore[union-attr]
     assert m["baseline_token"] == {"id": 920, "text": " **"} and m["run_token"]["id"] == 268
+
+
+def test_reference_tokens_inside_a_utf8_character_still_locate_the_divergence(toy_pair) -> None:
+    """A /generate reference over byte-level tokens: '字' takes three tokens, the first two decode to '�'
+    alone, so the reference's token strings do not spell its text (the 27B-AWQ twin's random outputs on the
+    H200, 2026-12-05: 6 of 8 divergences were left unexplained so). The divergence at '字' is located by
+    decoding the reference's ids: the token that starts the character, and its margin."""
+    from specq.pipeline.bench.client import HFTokenCounter, generate_record
+
+    counter = HFTokenCounter(str(toy_pair.target))
+    text = "def f(): return '漢字'"
+    ids = counter.tok(text, add_special_tokens=False)["input_ids"]
+    start = next(n for n in range(len(ids)) if counter.decode(ids[: n + 1]).endswith("漢�"))
+    assert counter.decode(ids[: start + 1]) != counter.decode(ids[:start]) + "字"  # a partial character
+    tops = [[[-0.01, i], [-5.0, 0]] for i in ids]
+    tops[start] = [[-0.6, ids[start]], [-0.65, 0]]
+    meta = {"output_token_logprobs": [t[0] for t in tops], "output_top_logprobs": tops}
+    reply = {"text": counter.decode(ids), "output_ids": ids, "meta_info": meta}
+    ref = generate_record(RequestRecord(id="p0", category="code"), reply, counter.decode)
+    assert "".join(s.token for s in ref.scores or []) != ref.output_text
+    base = RequestRecord(id="p0", category="code", output_text=text)
+    run = RequestRecord(id="p0", category="code", output_text="def f(): return '漢x'")
+    b = Run(label="baseline", draft_tokens=0, concurrency=1, baseline=True, requests=[base])
+    b.reference = {"p0": ref}
+    r = Run(label="k=3", draft_tokens=3, concurrency=1, requests=[run])
+    m = lossless(b, r, counter).mismatches[0]  # type: ignore[union-attr]
+    assert m["verdict"] == "near-tie" and m["margin"] == pytest.approx(0.05, abs=1e-6), m
