@@ -142,22 +142,24 @@ class StepCostCurve(BaseModel):
 #   busy. The same wave's 1.42 B servers gave 2.65 / 2.58 at k = 7 / 15 against the alone figures' 1.97 /
 #   2.48 (GPU 34-54 % busy, so the idle servers' host load may count there): those stay out of the curve
 #   until a run measures them alone (docs/performance.md).
-# The 27B-AWQ point was measured again on 2026-12-05 with specq's W4A16 kernel in tensor-core fragment order
-# (commit 8798806, `python benchmarks/gpu.py twin`, the default for 4-bit linears): plain 119.7 tok/s, DFlash
-# k = 7 at 75.8 tok/s (τ 1.00), its server started with two others and measured while they sat idle; one
-# k, so the slope in k is the model's default. Before: 1.40 / 1.66 at k = 7 / 15 over a plain 80.5 tok/s
-# (the kernel's first version, 2026-12-04, 54974bb) and 1.14 / 1.20 / 1.36 at k = 3 / 7 / 15 over 45.6 tok/s
-# (LMDeploy's Triton kernel, 3acbfe7): the faster the plain step, the more the speculative step's other
+# The 27B-AWQ point was measured again on 2026-12-05 18:32-18:40 UTC with specq's W4A16 kernel as it stands
+# (one-launch split-K, register caps, the H200 table of b5bf60f), each `specq bench` alone on the GPU (8
+# prompts x 128 tokens, 2 trials, steady): DFlash k = 7 with the 4-bit drafter at 81.2 tok/s over a plain
+# 121.8 (τ 1.00): 1.50. One DFlash k, so the slope in k is the model's default. The same hour's
+# `qwen3_5_mtp` k = 3 costs 1.52 (80.2 over 121.7), another method, so not a point of this curve. Before:
+# 1.58 at k = 7 with the bf16 drafter over 119.7 tok/s (8798806, two idle servers beside it), 1.40 / 1.66 at
+# k = 7 / 15 over 80.5 (the kernel's first version, 54974bb) and 1.14 / 1.20 / 1.36 at k = 3 / 7 / 15 over
+# 45.6 (LMDeploy's Triton kernel, 3acbfe7): the faster the plain step, the more the speculative step's other
 # work shows.
 STEP_COST_CURVE = StepCostCurve(
     hardware="NVIDIA H200",
     engine="LMDeploy 0.18 PyTorch engine, CUDA graphs",
     date="2026-12-02, 2026-12-05",
-    commit="7b45bbd, 8798806",
+    commit="7b45bbd, b5bf60f",
     method="dflash",
     note="random-weight twins at real shapes and a random 5-layer DFlash drafter (τ = 1): Qwen3 layers in "
-    "bf16 (7b45bbd), the Qwen3.5-27B-AWQ twin with specq's W4A16 kernel (8798806); the toy point: the small "
-    "AWQ toy at k = 15",
+    "bf16 (7b45bbd), the Qwen3.5-27B-AWQ twin with specq's W4A16 kernel and a 4-bit drafter (b5bf60f); the "
+    "toy point: the small AWQ toy at k = 15",
     points=[
         CurvePoint(label="toy (small, AWQ)", weight_bytes=4_000_000, k=15, cost=2.05),
         CurvePoint(
@@ -173,7 +175,11 @@ STEP_COST_CURVE = StepCostCurve(
             label="Qwen3 6.96 B bf16", params=6_960_000_000, weight_bytes=13_920_000_000, k=15, cost=1.69
         ),
         CurvePoint(
-            label="Qwen3.5-27B AWQ twin", params=27_781_427_952, weight_bytes=19_547_547_104, k=7, cost=1.58
+            label="Qwen3.5-27B AWQ twin, 4-bit drafter",
+            params=27_781_427_952,
+            weight_bytes=19_547_547_104,
+            k=7,
+            cost=1.50,
         ),
     ],
 )
