@@ -268,8 +268,8 @@ def test_lmdeploy_vocabulary_pieces_are_read_through_the_local_tokenizer(recorde
 def test_reference_tokens_inside_a_utf8_character_still_locate_the_divergence(toy_pair) -> None:
     """A /generate reference over byte-level tokens: '字' takes three tokens, the first two decode to '�'
     alone, so the reference's token strings do not spell its text (the 27B-AWQ twin's random outputs on the
-    H200, 2026-12-05: 6 of 8 divergences were left unexplained so). The divergence at '字' is located by
-    decoding the reference's ids: the token that starts the character, and its margin."""
+    H200, 2026-12-05: 6 of the 8 prompts' divergences were left unexplained so). The divergence at '字' is
+    located by decoding the reference's ids: the token that starts the character, and its margin."""
     from specq.pipeline.bench.client import HFTokenCounter, generate_record
 
     counter = HFTokenCounter(str(toy_pair.target))
