@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..config.models import flag
 from ..errors import InputError, UsageError, missing_package
 from ..fsutil import atomic_dir
-from ..hardware import cpu_threads, pick_device
+from ..hardware import cpu_threads, flush_denormals, pick_device
 from ..progress import Progress, null_progress
 from .acceptance import AcceptanceAtK, heldout_prompts, measure_acceptance
 from .corpus import Corpus, load_corpus
@@ -260,7 +260,7 @@ def _build(
     # One thread: deterministic, and on a shared machine 2+ threads that get preempted are far slower.
     threads = 1 if device == "cpu" else min(4, os.cpu_count() or 1)
     started = time.monotonic()
-    with cpu_threads(threads):
+    with cpu_threads(threads), flush_denormals():  # same weights, bitwise; a third faster (hardware.py)
         data = _prepare_data(size, preset, corpus, progress, arch)
         pair = _train_pair(data, preset, seed, device, progress, arch)
         measured = _measure(pair, data, preset, corpus, device, progress)

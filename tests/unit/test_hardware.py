@@ -3,6 +3,7 @@ importlib.metadata as it reads an installed lmdeploy's."""
 
 from __future__ import annotations
 
+import platform
 import sys
 
 import pytest
@@ -72,3 +73,34 @@ def test_visible_gpus_follow_cuda_visible_devices(
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", env)
     assert [g.index for g in hardware.visible_gpus()] == expected
+
+
+def _subnormal_product() -> float:
+    import torch
+
+    return float((torch.tensor([1e-39], dtype=torch.float32) * 1.0).item())
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="FTZ/DAZ are x86 modes")
+def test_flush_denormals_zeroes_subnormals_inside_and_restores_the_mode_after() -> None:
+    import torch
+
+    assert _subnormal_product() > 0  # torch's default: subnormals kept
+    with hardware.flush_denormals():
+        assert _subnormal_product() == 0.0
+        with hardware.flush_denormals():  # nested: the outer mode survives the inner exit
+            pass
+        assert _subnormal_product() == 0.0
+    assert _subnormal_product() > 0
+
+    with pytest.raises(RuntimeError), hardware.flush_denormals():
+        raise RuntimeError("a failed build")
+    assert _subnormal_product() > 0
+
+    torch.set_flush_denormal(True)  # a caller that flushes already keeps flushing
+    try:
+        with hardware.flush_denormals():
+            pass
+        assert _subnormal_product() == 0.0
+    finally:
+        torch.set_flush_denormal(False)
