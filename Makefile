@@ -15,7 +15,7 @@ PYTEST_WORKERS ?= 3
 export GPTQMODEL_CPU_WORKERS ?= 2
 LINT_PATHS := cli pipeline tests $(wildcard benchmarks/*.py) benchmarks/scenarios
 
-.PHONY: install install-gpu test pytest lint typecheck unit demo gpu-check docs clean
+.PHONY: install install-gpu test lint typecheck unit demo gpu-check docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,13 +35,8 @@ lint:
 typecheck:
 	$(BIN)/python -m mypy cli pipeline
 
-# The README's test command: the linters and the type check run beside the tests (mypy's minute on one core
-# overlaps the toy builds'); any of the three failing fails it, once all three have ended. `make lint
-# typecheck` gives their verdict alone, in a minute.
-test:
-	@$(MAKE) --no-print-directory -j3 lint typecheck pytest
-
-pytest:
+# The README's test command.
+test: lint typecheck
 	$(BIN)/python -m pytest -m "not gpu" -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 		--durations=15 $(PYTEST_ARGS)
 
