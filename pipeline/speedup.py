@@ -150,15 +150,21 @@ class StepCostCurve(BaseModel):
 # 1.58 at k = 7 with the bf16 drafter over 119.7 tok/s (8798806, two idle servers beside it), 1.40 / 1.66 at
 # k = 7 / 15 over 80.5 (the kernel's first version, 54974bb) and 1.14 / 1.20 / 1.36 at k = 3 / 7 / 15 over
 # 45.6 (LMDeploy's Triton kernel, 3acbfe7): the faster the plain step, the more the speculative step's other
-# work shows.
+# work shows. On 2026-12-06 02:44-02:55 UTC (the same H200 kind, the kernel and table of dfa5d7a,
+# `benchmarks/gpu.py w4a16-e2e`: servers started in waves, each benched alone with `specq bench --url`, 4
+# prompts x 128 tokens) DFlash with the bf16 drafter cost 1.44 at k = 3 (87.7 tok/s) and 2.03 at k = 15
+# (62.0), both over the plain 125.9 of the wave before on the same machine: the 27B's points at k = 3 and 15,
+# so its line has a measured slope (1.23 + 0.052 k through the three; the 4-bit drafter of the k = 7 point
+# cost 0.96 of the bf16 one's on 2026-12-05). `qwen3_5_mtp` k = 1 / 2 in the same run: 1.23 / 1.39.
 STEP_COST_CURVE = StepCostCurve(
     hardware="NVIDIA H200",
     engine="LMDeploy 0.18 PyTorch engine, CUDA graphs",
-    date="2026-12-02, 2026-12-05",
-    commit="7b45bbd, b5bf60f",
+    date="2026-12-02, 2026-12-05, 2026-12-06",
+    commit="7b45bbd, b5bf60f, dfa5d7a",
     method="dflash",
     note="random-weight twins at real shapes and a random 5-layer DFlash drafter (τ = 1): Qwen3 layers in "
-    "bf16 (7b45bbd), the Qwen3.5-27B-AWQ twin with specq's W4A16 kernel and a 4-bit drafter (b5bf60f); the "
+    "bf16 (7b45bbd), the Qwen3.5-27B-AWQ twin with specq's W4A16 kernel and a 4-bit drafter at k = 7 "
+    "(b5bf60f), a bf16 drafter at k = 3 and 15 (dfa5d7a); the "
     "toy point: the small AWQ toy at k = 15",
     points=[
         CurvePoint(label="toy (small, AWQ)", weight_bytes=4_000_000, k=15, cost=2.05),
@@ -180,6 +186,20 @@ STEP_COST_CURVE = StepCostCurve(
             weight_bytes=19_547_547_104,
             k=7,
             cost=1.50,
+        ),
+        CurvePoint(
+            label="Qwen3.5-27B AWQ twin, bf16 drafter",
+            params=27_781_427_952,
+            weight_bytes=19_547_547_104,
+            k=3,
+            cost=1.44,
+        ),
+        CurvePoint(
+            label="Qwen3.5-27B AWQ twin, bf16 drafter",
+            params=27_781_427_952,
+            weight_bytes=19_547_547_104,
+            k=15,
+            cost=2.03,
         ),
     ],
 )

@@ -10,7 +10,8 @@ and flash-linear-attention for Qwen3.5) and, for speculation, FlashAttention-3 (
 
 - twin: `specq twin tests/fixtures/twin/qwen3_5-27b-config.json --quant awq --drafter mtp --drafter dflash
   --draft-layers 5 --device cuda` (skipped when --out has it); `--bf16` also builds the bf16 twin and adds a
-  plain server on it to the first wave (the reference the AWQ figures are set against).
+  plain server on it to the first wave, unless `--waves` names `bf16` in a wave of its own choosing (a card
+  of 80 GB holds the bf16 twin alone): the reference the AWQ figures are set against.
 - waves: the servers of a wave start together (`specq serve --detach`, cache 0.02 of the GPU each, session
   4096), then `specq bench --url` measures them one after the other (the same 4 completion prompts, 128
   greedy tokens each, `--ignore-eos`, warm-up to steady state, 2 trials of a plain server, 1 of a
@@ -138,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             log.append(budgeted_step("twin-bf16", specq(
                 "twin", str(FIXTURE), "--device", "cuda", "--out", str(bf16.parent), "--json",
             ), rep, 300, deadline, 60))  # fmt: skip
-        waves[0].append(parse_server("bf16"))
+        if not any(s["kind"] == "bf16" for wave in waves for s in wave):  # else where --waves puts it
+            waves[0].append(parse_server("bf16"))
     prompts = rep / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"def function_{i}(x):\n    return"}) + "\n"
                                for i in range(4)), encoding="utf-8")  # fmt: skip

@@ -36,15 +36,21 @@ from specq.pipeline.speedup import STEP_COST_CURVE, CurvePoint, StepCostCurve, l
 
 def test_curve_holds_the_measured_figures_at_their_sizes() -> None:
     c = STEP_COST_CURVE
-    assert (c.date, c.commit, c.hardware) == ("2026-12-02, 2026-12-05", "7b45bbd, b5bf60f", "NVIDIA H200")
+    assert (c.date, c.commit, c.hardware) == (
+        "2026-12-02, 2026-12-05, 2026-12-06",
+        "7b45bbd, b5bf60f, dfa5d7a",
+        "NVIDIA H200",
+    )
     small = c.at(2_840_000_000)  # the 1.42 B target: 1.97 at k = 7, 2.48 at k = 15
     assert small(7) == pytest.approx(1.97, abs=1e-3) and small(15) == pytest.approx(2.48, abs=1e-3)
     big = c.at(13_920_000_000)  # the 6.96 B target: 1.61 / 1.69
     assert big(7) == pytest.approx(1.61, abs=1e-3) and big(15) == pytest.approx(1.69, abs=1e-3)
     assert c.at(4_000_000)(15) == pytest.approx(2.05)
-    awq27 = c.at(19_547_547_104)  # the Qwen3.5-27B-AWQ twin, specq's W4A16 kernel: 1.50 at k = 7
-    assert awq27(7) == pytest.approx(1.50, abs=1e-3)
-    assert awq27.per_token == StepCost().per_token  # one k measured: the model's default slope
+    awq27 = c.at(19_547_547_104)  # the Qwen3.5-27B-AWQ twin, specq's W4A16 kernel: 1.44 / 1.50 / 2.03
+    # at k = 3 / 7 / 15: the least-squares line through them, its slope measured, not the default
+    assert awq27.per_token == pytest.approx(3.8533 / 74.6667, abs=1e-3)
+    assert awq27(3) == pytest.approx(1.44, abs=0.06) and awq27(15) == pytest.approx(2.03, abs=0.06)
+    assert awq27(7) == pytest.approx(1.50, abs=0.1)
 
 
 def test_curve_interpolates_in_log_bytes_and_holds_at_the_ends() -> None:
