@@ -9,9 +9,9 @@ CPU_EXTRAS ?= ml,serve,quant,dev
 GPU_EXTRAS ?= ml,serve,quant,lmdeploy,dev
 PYTEST_ARGS ?=
 # `make test` runs the suite on this many pytest-xdist workers, a module per worker in the order
-# tests/conftest.py gives (the toy builds first), each on one CPU thread; four on two cores, since many tests
+# tests/conftest.py gives (the toy builds first), each on one CPU thread; three on two cores, since many tests
 # wait on servers and subprocesses (docs/ci.md); PYTEST_WORKERS=0 runs it in one process.
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 3
 export GPTQMODEL_CPU_WORKERS ?= 2
 LINT_PATHS := cli pipeline tests $(wildcard benchmarks/*.py) benchmarks/scenarios
 
