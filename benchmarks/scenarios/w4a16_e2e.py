@@ -12,7 +12,7 @@ and flash-linear-attention for Qwen3.5) and, for speculation, FlashAttention-3 (
   --draft-layers 5 --device cuda` (skipped when --out has it); `--bf16` also builds the bf16 twin and adds a
   plain server on it to the first wave, unless `--waves` names `bf16` in a wave of its own choosing (a card
   of 80 GB holds the bf16 twin alone): the reference the AWQ figures are set against.
-- waves: the servers of a wave start together (`specq serve --detach`, cache 0.02 of the GPU each, session
+- waves: the servers of a wave start together (`specq serve --detach`, cache 0.01 of the GPU each, session
   4096), then `specq bench --url` measures them one after the other (the same 4 completion prompts, 128
   greedy tokens each, `--ignore-eos`, warm-up to steady state, 2 trials of a plain server, 1 of a
   speculative one) while the others sit idle, and
