@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from ..errors import Terminated
 from ..report.models import RequestRecord, TokenScore, TokenSource
+from ..tls import tls
 from ..workload import Mode, Prompt
 
 
@@ -604,7 +605,7 @@ async def run_generate(
     timeout = httpx.Timeout(spec.timeout_s, connect=min(spec.timeout_s, 30.0))
     headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else None
     gate = asyncio.Semaphore(max(1, concurrency))
-    async with httpx.AsyncClient(timeout=timeout, headers=headers) as client:
+    async with httpx.AsyncClient(timeout=timeout, headers=headers, verify=tls()) as client:
 
         async def one(p: Prompt) -> RequestRecord:
             rec = RequestRecord(id=p.id, category=p.category)
@@ -646,9 +647,10 @@ async def run_requests(
     limits = httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=concurrency + 2)
     timeout = httpx.Timeout(spec.timeout_s, connect=min(spec.timeout_s, 30.0))
     headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else None
-    async with httpx.AsyncClient(limits=limits, timeout=timeout, headers=headers) as client:
-        # The run's clock starts once the client exists: making one (its TLS context) takes 25-60 ms here,
-        # which is no part of the server's time, and would pull a short trial's output rate down.
+    async with httpx.AsyncClient(limits=limits, timeout=timeout, headers=headers, verify=tls()) as client:
+        # The run's clock starts once the client exists: making the process's first (it builds the TLS
+        # context, `tls()`) takes 25-60 ms here, no part of the server's time, which would pull a short
+        # trial's output rate down.
         t0 = time.perf_counter()
 
         async def worker() -> None:

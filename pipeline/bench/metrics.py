@@ -93,8 +93,10 @@ def parse_metrics(text: str) -> Scrape:
 def scrape(url: str, timeout_s: float = 5.0) -> Scrape:
     import httpx
 
+    from ..tls import tls
+
     try:
-        r = httpx.get(url, timeout=timeout_s)
+        r = httpx.get(url, timeout=timeout_s, verify=tls())
     except httpx.HTTPError as e:
         return Scrape(ok=False, error=f"{url}: {type(e).__name__}")
     if r.status_code != 200:

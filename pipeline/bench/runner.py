@@ -138,8 +138,12 @@ def _tail(path: Path | None, lines: int = 30) -> str | None:
 def _alive(base_url: str, api_key: str | None = None) -> bool:
     import httpx
 
+    from ..tls import tls
+
     try:
-        r = httpx.get(base_url.rstrip("/") + "/v1/models", headers=auth_headers(api_key), timeout=5)
+        r = httpx.get(
+            base_url.rstrip("/") + "/v1/models", headers=auth_headers(api_key), timeout=5, verify=tls()
+        )
         return r.status_code == 200
     except httpx.HTTPError:
         return False
@@ -159,9 +163,12 @@ def discover_model(base_url: str, api_key: str | None = None) -> str:
     import httpx
 
     from ..errors import InputError
+    from ..tls import tls
 
     try:
-        r = httpx.get(base_url.rstrip("/") + "/v1/models", headers=auth_headers(api_key), timeout=10)
+        r = httpx.get(
+            base_url.rstrip("/") + "/v1/models", headers=auth_headers(api_key), timeout=10, verify=tls()
+        )
     except (httpx.HTTPError, httpx.InvalidURL, ValueError) as e:
         raise InputError(
             f"{base_url}: no OpenAI-compatible server answers at /v1/models ({type(e).__name__})"

@@ -146,8 +146,10 @@ class ManagedProcess:
         """Poll `url` until it answers 200; raise ProcessFailed if the child exits or the deadline passes."""
         import httpx
 
+        from ..tls import tls
+
         deadline = time.monotonic() + timeout_s
-        with httpx.Client(timeout=2.0, headers=dict(headers or {}), trust_env=False) as client:
+        with httpx.Client(timeout=2.0, headers=dict(headers or {}), trust_env=False, verify=tls()) as client:
             while True:
                 code = self.poll()
                 if code is not None:
