@@ -23,14 +23,17 @@ $(BIN)/python:
 
 # pip byte-compiles what it installs one file at a time (about 50 CPU seconds here); compileall does it on
 # every core instead (a package's file that does not compile, such as a template, stays source, as with pip)
+BYTE_COMPILE = $(BIN)/python -m compileall -q -j 0 \
+	$$($(BIN)/python -c "import sysconfig; print(sysconfig.get_path('purelib'))") > /dev/null || true
+
 install: $(BIN)/python
 	$(BIN)/pip install -q --no-compile "$(TORCH)"
 	$(BIN)/pip install -q --no-compile -e ".[$(CPU_EXTRAS)]" "$(TORCH)"
-	$(BIN)/python -m compileall -q -j 0 $$($(BIN)/python -c "import sysconfig; print(sysconfig.get_path('purelib'))") > /dev/null || true
+	$(BYTE_COMPILE)
 
 install-gpu: $(BIN)/python
 	$(BIN)/pip install -q --no-compile -e ".[$(GPU_EXTRAS)]"
-	$(BIN)/python -m compileall -q -j 0 $$($(BIN)/python -c "import sysconfig; print(sysconfig.get_path('purelib'))") > /dev/null || true
+	$(BYTE_COMPILE)
 
 lint:
 	$(BIN)/python -m ruff check $(LINT_PATHS)
