@@ -1,9 +1,10 @@
 """W4A16 GEMM at Qwen3.5-27B's linear shapes on one GPU: specq's kernel (`specq.pipeline.kernels.w4a16`)
 against LMDeploy 0.18's Triton AWQ kernel (as its PyTorch engine calls it, casts included), torch's tinygemm
-(`_weight_int4pack_mm`), gemlite's A16W4 and bf16 `F.linear`, at M = 1, 2, 4, 8, 16 rows.
+(`_weight_int4pack_mm`), gemlite's A16W4, Marlin (vLLM's kernel from gptqmodel's sources, `_marlin`) and
+bf16 `F.linear`, at M = 1, 2, 4, 8, 16 rows.
 
     python benchmarks/gpu.py w4a16-kernel --out DIR [--shapes gate_up,down,...] [--rows 1,2,4,8,16]
-        [--tune] [--candidates all|quick] [--iters 20]
+        [--tune] [--candidates all|quick] [--iters 20] [--kernels ...,marlin --marlin-sdist FILE]
 
 Timing: each measurement is a CUDA graph that runs the op once on each of R copies of the weights (R so
 that
@@ -15,12 +16,13 @@ Checks, for specq's kernel, on fresh random inputs: the relative error against t
 (‖out − ref‖ / ‖ref‖), bitwise equality of two runs (deterministic), of each row computed alone and among M
 rows
 (M-invariant: row i at M = 1 and M = 16), of the inline-PTX and pure-Triton dequantization, of the chosen
-configuration with and without a register cap, and of 50 launches at split-K 8 (the last block's sum).
+configuration with and without a register cap, and of 50 launches at split-K 8 (the last block's sum). For
+Marlin, when it is timed: its error, two runs and its rows alone against M = 16, the same way.
 
 `--tune` times every candidate configuration per shape first (`w4a16.tune`, 16 rows) and writes the choices to
 the kernel's cache file (and DIR/w4a16-tuned.json). Outputs: DIR/w4a16_kernel.json (every figure) and
 DIR/w4a16_kernel.md (the tables). Needs a CUDA GPU; LMDeploy, gemlite and tinygemm are optional (a missing
-one is reported, not fatal)."""
+one is reported, not fatal; Marlin is compiled first, a minute or two)."""
 
 from __future__ import annotations
 
@@ -67,8 +69,11 @@ def rand_awq(n: int, k: int, device: str, group: int = GROUP) -> tuple[torch.Ten
 class Kernels:
     """Each candidate's set-up for one shape: `prepare(copies)` then `op(copy, x)`."""
 
-    def __init__(self, n: int, k: int, awq: list[tuple[torch.Tensor, ...]], dtype: torch.dtype) -> None:
+    def __init__(
+        self, n: int, k: int, awq: list[tuple[torch.Tensor, ...]], dtype: torch.dtype, marlin_ops: Any = None
+    ) -> None:
         self.n, self.k, self.awq, self.dtype = n, k, awq, dtype
+        self.marlin_ops = marlin_ops
         self.errors: dict[str, str] = {}
 
     def specq(self) -> Callable[[int, torch.Tensor], torch.Tensor]:
@@ -107,6 +112,16 @@ class Kernels:
                     q, s.t().to(self.dtype).contiguous(), z, W_nbits=4, group_size=GROUP
                 )
             )
+        return lambda i, x: layers[i](x)
+
+    def marlin(self) -> Callable[[int, torch.Tensor], torch.Tensor]:
+        from benchmarks.scenarios._marlin import MarlinAWQ
+
+        if self.marlin_ops is None:
+            raise RuntimeError("Marlin was not built (--marlin-sdist FILE)")
+        if self.dtype != torch.bfloat16:
+            raise RuntimeError("this Marlin build takes bf16 activations only")
+        layers = [MarlinAWQ(self.marlin_ops, qw, qz, s) for qw, qz, s in self.awq]
         return lambda i, x: layers[i](x)
 
     def bf16(self) -> Callable[[int, torch.Tensor], torch.Tensor]:
@@ -153,6 +168,23 @@ def checks(n: int, k: int, dtype: torch.dtype) -> dict[str, Any]:
     return out
 
 
+def marlin_checks(ops: Any, n: int, k: int) -> dict[str, Any]:
+    """Marlin's error against the fp32 dequantized reference, determinism and M-invariance (bf16)."""
+    from benchmarks.scenarios._marlin import MarlinAWQ
+
+    qw, qz, s = rand_awq(n, k, "cuda")
+    layer = MarlinAWQ(ops, qw, qz, s)
+    ref_w = W.dequantize(W.pack(qw, qz, s))
+    x = torch.randn(16, k, device="cuda", dtype=torch.bfloat16)
+    y16 = layer(x)
+    ref = x.float() @ ref_w
+    out: dict[str, Any] = {"rel_error": ((y16.float() - ref).norm() / ref.norm()).item()}
+    out["deterministic"] = all(bool(torch.equal(y16, layer(x))) for _ in range(20))
+    out["rows_equal_m16"] = {m: bool(torch.equal(layer(x[:m]), y16[:m])) for m in (1, 2, 4, 8, 9, 15)}
+    out["m_invariant"] = all(out["rows_equal_m16"].values())
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -164,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--budget", type=float, default=1e9, help="seconds: later kernels and shapes are skipped")
+    ap.add_argument("--marlin-sdist", type=Path, help="a gptqmodel source distribution (Marlin's sources)")
+    ap.add_argument("--marlin-build", type=Path, default=Path("/tmp/specq-marlin"))
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     dtype = getattr(torch, args.dtype)
@@ -185,6 +219,17 @@ def main(argv: list[str] | None = None) -> int:
         result["triton"] = triton.__version__
     except ImportError:
         pass
+    marlin_ops = None
+    if "marlin" in kernels and args.marlin_sdist:
+        from benchmarks.scenarios._marlin import build
+
+        t = time.time()
+        try:
+            marlin_ops = build(args.marlin_sdist, args.marlin_build)
+            result["marlin_build_s"] = round(time.time() - t, 1)
+        except Exception as e:  # recorded; the other kernels still run
+            result["errors"]["marlin/build"] = f"{type(e).__name__}: {str(e)[-2000:]}"
+        print(f"marlin build: {time.time() - t:.0f} s", file=sys.stderr, flush=True)
     t0 = time.time()
     for name in names:
         n, k, per_step = SHAPES[name]
@@ -209,7 +254,12 @@ def main(argv: list[str] | None = None) -> int:
                 entry["checks"] = checks(n, k, dtype)
             except Exception as e:  # recorded, the timings still run
                 entry["checks"] = {"error": f"{type(e).__name__}: {e}"}
-        kit = Kernels(n, k, awq, dtype)
+        if marlin_ops is not None:
+            try:
+                entry["marlin_checks"] = marlin_checks(marlin_ops, n, k)
+            except Exception as e:
+                entry["marlin_checks"] = {"error": f"{type(e).__name__}: {e}"}
+        kit = Kernels(n, k, awq, dtype, marlin_ops)
         for kern in kernels:
             if time.time() - t0 > args.budget:
                 result["errors"][f"{name}/{kern}"] = "skipped: out of budget"
@@ -286,6 +336,8 @@ def tables(result: dict[str, Any], rows: list[int], kernels: list[str]) -> str:
     lines += ["", "Checks (specq):", ""]
     for name, e in result["shapes"].items():
         lines.append(f"- {name}: {e.get('checks')}")
+        if e.get("marlin_checks"):
+            lines.append(f"- {name} (Marlin): {e['marlin_checks']}")
     if result.get("tuned"):
         lines += ["", f"Tuned: {result['tuned']}"]
     if result.get("errors"):
