@@ -22,8 +22,10 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # pip byte-compiles what it installs one file at a time (about 50 CPU seconds here); compileall does it on
-# every core instead (a package's file that does not compile, such as a template, stays source, as with pip)
-BYTE_COMPILE = $(BIN)/python -m compileall -q -j 0 \
+# every core instead (a package's file that does not compile, such as a template, stays source, as with pip),
+# leaving out what nothing here imports: packages' own test suites and transformers' other model families
+# (2,809 + 2,300 of 15,100 files, a third of the CPU seconds; a file left out compiles when first imported)
+BYTE_COMPILE = $(BIN)/python -m compileall -q -j 0 -x '/tests?/|/transformers/models/(?!auto/|qwen|llama/)' \
 	$$($(BIN)/python -c "import sysconfig; print(sysconfig.get_path('purelib'))") > /dev/null || true
 
 install: $(BIN)/python
