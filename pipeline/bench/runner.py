@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..checkpoint import twin_marker, twin_note
 from ..engines.speculation import draft_tokens_limit
@@ -69,6 +70,9 @@ from .limits import check_prompt_lengths
 from .metrics import Scrape, acceptance, scrape, server_check, settled_scrape
 from .request import BenchRequest
 from .telemetry import TelemetrySampler
+
+if TYPE_CHECKING:
+    import httpx
 
 EngineFactory = Callable[[ServeRequest, Path, Progress], Engine]
 CLIENT_DISAGREEMENT = 0.15  # tokens/chunk vs τ: flag beyond this relative difference
@@ -135,16 +139,21 @@ def _tail(path: Path | None, lines: int = 30) -> str | None:
         return None
 
 
-def _alive(base_url: str, api_key: str | None = None) -> bool:
+def _get_models(base_url: str, api_key: str | None, timeout_s: float) -> httpx.Response:
+    """GET the server's /v1/models with the key's header (httpx's errors propagate)."""
     import httpx
 
     from ..tls import tls
 
+    url = base_url.rstrip("/") + "/v1/models"
+    return httpx.get(url, headers=auth_headers(api_key), timeout=timeout_s, verify=tls())
+
+
+def _alive(base_url: str, api_key: str | None = None) -> bool:
+    import httpx
+
     try:
-        r = httpx.get(
-            base_url.rstrip("/") + "/v1/models", headers=auth_headers(api_key), timeout=5, verify=tls()
-        )
-        return r.status_code == 200
+        return _get_models(base_url, api_key, 5).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -163,12 +172,9 @@ def discover_model(base_url: str, api_key: str | None = None) -> str:
     import httpx
 
     from ..errors import InputError
-    from ..tls import tls
 
     try:
-        r = httpx.get(
-            base_url.rstrip("/") + "/v1/models", headers=auth_headers(api_key), timeout=10, verify=tls()
-        )
+        r = _get_models(base_url, api_key, 10)
     except (httpx.HTTPError, httpx.InvalidURL, ValueError) as e:
         raise InputError(
             f"{base_url}: no OpenAI-compatible server answers at /v1/models ({type(e).__name__})"
