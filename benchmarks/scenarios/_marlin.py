@@ -29,9 +29,9 @@ INSTANCE = (
     "{m8}, pipe_stages, {g}, false>( MARLIN_KERNEL_PARAMS );"
 )
 GET_IF = "    _GET_IF(vllm::kU4, 1, {n}, {k}, {m8}, pipe_stages, {g}, {t}, false)"
-# Marlin's permutations of scales and zero points (vLLM's `get_scale_perms`, `marlin_zero_points`)
+# Marlin's permutation of scales and zero points (vLLM's `get_scale_perms`); its zero points' nibble
+# interleave (`marlin_zero_points`: 0, 2, 4, 6, 1, 3, 5, 7) is AWQ's order, `w4a16.AWQ_ORDER`
 SCALE_PERM = [i + 8 * j for i in range(8) for j in range(8)]
-ZP_INTERLEAVE = [0, 2, 4, 6, 1, 3, 5, 7]
 
 
 def _uint4_id() -> int:
@@ -129,14 +129,9 @@ class MarlinAWQ:
         perm = torch.tensor(SCALE_PERM, device=scales.device)
         s = scales.to(torch.bfloat16).reshape(-1, 64)[:, perm]
         self.scales = s.reshape(groups, self.n).contiguous()
-        z = W.unpack_awq(qzeros).to(torch.int32)  # [G, N], columns in order
-        z = z.reshape(-1, 64)[:, perm]
-        z = z.reshape(-1, 8)[:, torch.tensor(ZP_INTERLEAVE, device=z.device)].reshape(groups, self.n)
-        z = z.reshape(groups, self.n // 8, 8)
-        packed = torch.zeros(groups, self.n // 8, dtype=torch.int32, device=z.device)
-        for i in range(8):
-            packed |= z[:, :, i] << (4 * i)
-        self.zeros = packed.contiguous()
+        # zero points: permuted as the scales, then packed in Marlin's nibble interleave, which is AWQ's
+        z = W.unpack_awq(qzeros).reshape(-1, 64)[:, perm].reshape(groups, self.n)
+        self.zeros = W.pack_awq(z).contiguous()
         sms = torch.cuda.get_device_properties(qweight.device).multi_processor_count
         self.workspace = torch.zeros(max(sms * 4, 128), dtype=torch.int32, device=qweight.device)
         self.qtype = _uint4_id()
