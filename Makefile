@@ -28,7 +28,7 @@ $(BIN)/python:
 # machine) nothing else would, and every specq process the tests start would compile them again.
 BYTE_COMPILE = $(BIN)/python -m compileall -q -j 0 -x '/site-packages/.+/tests?/' \
 	$$($(BIN)/python -c "import sysconfig; print(sysconfig.get_path('purelib'))") > /dev/null || true; \
-	$(BIN)/python -m compileall -q -j 0 cli pipeline configs benchmarks tests > /dev/null
+	$(BIN)/python -m compileall -q -j 0 cli pipeline configs benchmarks tests
 
 install: $(BIN)/python
 	$(BIN)/pip install -q --no-compile "$(TORCH)"
