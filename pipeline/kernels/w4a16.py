@@ -277,6 +277,14 @@ def _dequant(
 
 
 @triton.jit
+def _wload(ptrs, mask):
+    """The weights' words: each is read once, by one block, so they leave the L2 first (`evict_first`),
+    not the activations every block reads (faster at every decode shape measured, the same bits:
+    docs/w4a16.md)."""
+    return tl.load(ptrs, mask=mask, other=0, eviction_policy="evict_first")
+
+
+@triton.jit
 def _group_inputs(g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP: tl.constexpr):
     """Group g's zero points (for the words' rows `frow`), scales and activations; a group at or past g_end
     reads zeros."""
@@ -352,15 +360,15 @@ def _w4a16_kernel(
     x_ptrs = x_ptr + offs_m[None, :] * stride_xm + offs_k[:, None]
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     if PREFETCH:
-        n0 = tl.load(w_ptrs + g_begin * gstride, mask=(zero_w + g_begin) < g_end, other=0)
+        n0 = _wload(w_ptrs + g_begin * gstride, (zero_w + g_begin) < g_end)
         n1 = n0
         n2 = n0
         n3 = n0
         if GPI >= 2:
-            n1 = tl.load(w_ptrs + (g_begin + 1) * gstride, mask=(zero_w + g_begin + 1) < g_end, other=0)
+            n1 = _wload(w_ptrs + (g_begin + 1) * gstride, (zero_w + g_begin + 1) < g_end)
         if GPI >= 4:
-            n2 = tl.load(w_ptrs + (g_begin + 2) * gstride, mask=(zero_w + g_begin + 2) < g_end, other=0)
-            n3 = tl.load(w_ptrs + (g_begin + 3) * gstride, mask=(zero_w + g_begin + 3) < g_end, other=0)
+            n2 = _wload(w_ptrs + (g_begin + 2) * gstride, (zero_w + g_begin + 2) < g_end)
+            n3 = _wload(w_ptrs + (g_begin + 3) * gstride, (zero_w + g_begin + 3) < g_end)
     for g in range(g_begin, g_end, GPI):
         if PREFETCH:
             c0 = n0
@@ -368,22 +376,22 @@ def _w4a16_kernel(
             c2 = n2
             c3 = n3
             gn = g + GPI
-            n0 = tl.load(w_ptrs + gn * gstride, mask=(zero_w + gn) < g_end, other=0)
+            n0 = _wload(w_ptrs + gn * gstride, (zero_w + gn) < g_end)
             if GPI >= 2:
-                n1 = tl.load(w_ptrs + (gn + 1) * gstride, mask=(zero_w + gn + 1) < g_end, other=0)
+                n1 = _wload(w_ptrs + (gn + 1) * gstride, (zero_w + gn + 1) < g_end)
             if GPI >= 4:
-                n2 = tl.load(w_ptrs + (gn + 2) * gstride, mask=(zero_w + gn + 2) < g_end, other=0)
-                n3 = tl.load(w_ptrs + (gn + 3) * gstride, mask=(zero_w + gn + 3) < g_end, other=0)
+                n2 = _wload(w_ptrs + (gn + 2) * gstride, (zero_w + gn + 2) < g_end)
+                n3 = _wload(w_ptrs + (gn + 3) * gstride, (zero_w + gn + 3) < g_end)
         else:
-            c0 = tl.load(w_ptrs + g * gstride, mask=(zero_w + g) < g_end, other=0)
+            c0 = _wload(w_ptrs + g * gstride, (zero_w + g) < g_end)
             c1 = c0
             c2 = c0
             c3 = c0
             if GPI >= 2:
-                c1 = tl.load(w_ptrs + (g + 1) * gstride, mask=(zero_w + g + 1) < g_end, other=0)
+                c1 = _wload(w_ptrs + (g + 1) * gstride, (zero_w + g + 1) < g_end)
             if GPI >= 4:
-                c2 = tl.load(w_ptrs + (g + 2) * gstride, mask=(zero_w + g + 2) < g_end, other=0)
-                c3 = tl.load(w_ptrs + (g + 3) * gstride, mask=(zero_w + g + 3) < g_end, other=0)
+                c2 = _wload(w_ptrs + (g + 2) * gstride, (zero_w + g + 2) < g_end)
+                c3 = _wload(w_ptrs + (g + 3) * gstride, (zero_w + g + 3) < g_end)
         # every input of the iteration's groups is asked for before the first group is computed
         z0, s0, x0 = _group_inputs(g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP)
         z1, s1, x1 = z0, s0, x0
