@@ -1,8 +1,8 @@
 """A supervised server child: started from an argument list (never a shell string) in its own process group
 (session), stdout and stderr to a log file under the run directory, readiness polled on `/v1/models` with a
-deadline, the log's tail shown on failure, and stopped with SIGTERM → wait → SIGKILL to the whole group. An
-atexit hook stops whatever is still running when the parent exits (Ctrl-C, an exception), so no orphan
-survives specq unless it was deliberately detached."""
+deadline (on a port that `free_port` holds for it until then), the log's tail shown on failure, and stopped
+with SIGTERM → wait → SIGKILL to the whole group. An atexit hook stops whatever is still running when the
+parent exits (Ctrl-C, an exception), so no orphan survives specq unless it was deliberately detached."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from ..errors import ProcessFailed, UsageError
 from ..progress import Progress, null_progress
 
 _LIVE: set[ManagedProcess] = set()
+_HELD: dict[int, socket.socket] = {}  # port → its bound, non-listening socket (see free_port)
 
 
 def _stop_all() -> None:
@@ -34,15 +36,33 @@ atexit.register(_stop_all)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, 0))
-        except OSError as e:  # socket.gaierror included: a host name that does not resolve
-            raise UsageError(
-                f"cannot listen on {host}: {e.strerror or e}; pass an address of this machine with --host"
-            ) from None
-        return int(s.getsockname()[1])
+    """A port nothing listens on, the OS's pick, held for the server that will take it.
+
+    Between this call and the server's bind, model loading takes seconds to minutes; a port merely probed and
+    let go in that window can be handed to any other process's `bind(host, 0)` or outgoing connection, and
+    then the readiness poll is answered by a stranger. So the probe socket stays bound (SO_REUSEADDR, never
+    listening) until `release_port`, which `ManagedProcess.wait_ready` calls when it is done with the port:
+    the kernel hands a bound port to no one else, while a server that binds with SO_REUSEADDR (uvicorn, which
+    LMDeploy and the embedded engine run on, and http.server) still can."""
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind((host, 0))
+    except OSError as e:  # socket.gaierror included: a host name that does not resolve
+        s.close()
+        raise UsageError(
+            f"cannot listen on {host}: {e.strerror or e}; pass an address of this machine with --host"
+        ) from None
+    port = int(s.getsockname()[1])
+    _HELD[port] = s
+    return port
+
+
+def release_port(port: int | None) -> None:
+    """Let go of a port `free_port` holds (no-op for any other): its server listens on it, or never will."""
+    s = _HELD.pop(port, None) if port is not None else None
+    if s is not None:
+        s.close()
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -143,7 +163,14 @@ class ManagedProcess:
         return ProcessFailed(f"{self.name} {what}: {last_error_line(log)} (log: {self.log_path})")
 
     def wait_ready(self, url: str, timeout_s: float, headers: Mapping[str, str] | None = None) -> None:
-        """Poll `url` until it answers 200; raise ProcessFailed if the child exits or the deadline passes."""
+        """Poll `url` until it answers 200; raise ProcessFailed if the child exits or the deadline passes.
+        Either way the URL's port, if `free_port` holds it, is let go."""
+        try:
+            self._poll_ready(url, timeout_s, headers)
+        finally:
+            release_port(urllib.parse.urlsplit(url).port)
+
+    def _poll_ready(self, url: str, timeout_s: float, headers: Mapping[str, str] | None) -> None:
         import httpx
 
         from ..tls import tls
