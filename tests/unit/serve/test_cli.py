@@ -49,6 +49,34 @@ def test_dry_run_json(cli, ckpts: dict[str, Path]) -> None:
     assert data["config"]["engine"]["port"] == 24001
 
 
+def test_dry_run_lets_go_of_the_port_it_picked(cli, ckpts: dict[str, Path]) -> None:
+    """A port `free_port` picks is held until its server is ready; a dry run starts none, so it holds none."""
+    from specq.pipeline.serve import process
+
+    code, out, _ = cli("serve", str(ckpts["target"]), "--engine", "embedded", "--dry-run", "--json")
+    assert code == 0
+    port = int(json.loads(out)["url"].rsplit(":", 1)[1])
+    assert port not in process._HELD
+
+
+def test_bench_checks_let_go_of_the_ports_they_picked(ckpts: dict[str, Path], tmp_path: Path) -> None:
+    """bench checks every planned server before it writes anything, starting none: no port stays held, even
+    when a check refuses (these checkpoints have no weights)."""
+    from specq.pipeline.bench import BenchRequest
+    from specq.pipeline.bench.runner import check_servers
+    from specq.pipeline.config.models import SpecqConfig
+    from specq.pipeline.errors import InputError
+    from specq.pipeline.serve import process
+
+    cfg = SpecqConfig()
+    cfg.model.model_path = str(ckpts["target"])
+    cfg.engine.engine = "embedded"
+    held = set(process._HELD)
+    with pytest.raises(InputError, match="no .safetensors weights"):
+        check_servers(BenchRequest.from_config(cfg), None, tmp_path / "out")
+    assert set(process._HELD) == held
+
+
 def test_dry_run_masks_api_keys(cli, ckpts: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SERVE_KEY", "topsecret")
     code, out, err = cli("serve", str(ckpts["target"]), "--engine", "lmdeploy", "--api-keys-env", "SERVE_KEY",
