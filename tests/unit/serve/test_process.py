@@ -84,8 +84,9 @@ def test_stop_escalates_and_kills_grandchildren(tmp_path: Path) -> None:
     proc.stop()  # idempotent
 
 
-def test_ready_when_models_answers(tmp_path: Path) -> None:
-    port = free_port()
+def serve_until_ready(port: int, tmp_path: Path) -> None:
+    """A child answering 200 to every GET on `port` (http.server, which binds with SO_REUSEADDR), started and
+    waited for as servers are, then stopped."""
     code = (
         "import http.server\n"
         "class H(http.server.BaseHTTPRequestHandler):\n"
@@ -100,6 +101,11 @@ def test_ready_when_models_answers(tmp_path: Path) -> None:
         proc.wait_ready(f"http://127.0.0.1:{port}/v1/models", timeout_s=30)
     finally:
         proc.stop()
+
+
+def test_ready_when_models_answers(tmp_path: Path) -> None:
+    port = free_port()
+    serve_until_ready(port, tmp_path)
 
 
 def test_port_in_use() -> None:
@@ -128,19 +134,6 @@ def test_a_free_port_is_held_until_its_server_is_ready(tmp_path: Path) -> None:
     with socket.socket() as s, pytest.raises(OSError) as refused:
         s.bind(("127.0.0.1", port))
     assert refused.value.errno == errno.EADDRINUSE
-    code = (
-        "import http.server\n"
-        "class H(http.server.BaseHTTPRequestHandler):\n"
-        "    def do_GET(self):\n"
-        "        self.send_response(200); self.end_headers(); self.wfile.write(b'{}')\n"
-        "    def log_message(self, *a): pass\n"
-        f"http.server.HTTPServer(('127.0.0.1', {port}), H).serve_forever()\n"
-    )
-    proc = ManagedProcess(py(code), tmp_path / "log")
-    proc.start()
-    try:
-        proc.wait_ready(f"http://127.0.0.1:{port}/v1/models", timeout_s=30)
-    finally:
-        proc.stop()
+    serve_until_ready(port, tmp_path)
     assert port not in process._HELD  # let go (the server's closed connections keep it from a plain bind)
     release_port(port)  # already let go: a no-op
