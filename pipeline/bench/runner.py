@@ -578,7 +578,6 @@ def check_servers(request: BenchRequest, engine_factory: EngineFactory | None, o
     if request.settings.url or not request.serve.model_path or engine_factory is not None:
         return
     from ..serve.base import require_weights
-    from ..serve.process import release_port
     from ..serve.registry import build_engine
     from ..serve.spec import resolve_spec
 
@@ -588,8 +587,7 @@ def check_servers(request: BenchRequest, engine_factory: EngineFactory | None, o
             build_engine(spec, out / "servers" / label.replace("=", "")).preflight()  # built, never started
             require_weights(spec.target.path, spec.draft_path)
         finally:
-            if not spec.port_given:
-                release_port(spec.port)  # the port free_port picked for a server that never starts
+            spec.release_port()  # a server that never starts
 
 
 def run_bench(

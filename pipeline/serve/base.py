@@ -11,7 +11,7 @@ from pathlib import Path
 from ..errors import ConfigError, InputError
 from ..progress import Progress, null_progress
 from .engine import Engine
-from .process import ManagedProcess, check_port_free, release_port
+from .process import ManagedProcess, check_port_free
 from .spec import ServerOptions, ServeSpec
 
 MASK = "***"
@@ -141,8 +141,7 @@ class ProcessEngine(Engine):
     def stop(self) -> None:
         if self._proc is not None:
             self._proc.stop()
-        if not self.spec.port_given:
-            release_port(self.spec.port)  # a server that never got as far as its readiness poll
+        self.spec.release_port()  # a server that never got as far as its readiness poll
 
     def poll(self) -> int | None:
         """The child's exit code, or None while it runs."""

@@ -23,16 +23,7 @@ from ..errors import InputError, ProcessFailed, Terminated, UsageError
 from ..fsutil import atomic_write_text, cache_root
 from ..progress import Progress, null_progress
 from .base import ProcessEngine
-from .process import (
-    cmdline,
-    group_alive,
-    last_error_line,
-    pid_alive,
-    release_port,
-    start_ticks,
-    stop_group,
-    tail,
-)
+from .process import cmdline, group_alive, last_error_line, pid_alive, start_ticks, stop_group, tail
 
 SCHEMA_VERSION = 1
 
@@ -126,8 +117,7 @@ def dry_run(cfg: SpecqConfig, run_dir: Path | None = None, progress: Progress = 
             backend, spec.speculative, models, o.dtype, o.tp, o.distributed_executor_backend
         ):
             progress(f"preflight (a launch here would stop): {problem}")
-    if not engine.spec.port_given:
-        release_port(engine.spec.port)  # nothing will listen on the port free_port picked
+    engine.spec.release_port()  # nothing will listen on it
     return info_of(engine, cfg)
 
 

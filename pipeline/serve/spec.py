@@ -24,7 +24,7 @@ from ..engines.speculation import KIND_TO_METHOD, MTP_METHODS, check_draft
 from ..engines.turbomind import check_quantized_tensors
 from ..errors import EnvironmentMissing, UsageError
 from ..progress import Progress, null_progress
-from .process import free_port
+from .process import free_port, release_port
 
 if TYPE_CHECKING:
     from ..plan import PlanRequest
@@ -158,6 +158,12 @@ class ServeSpec:
         if self.draft_fp16 is not None:
             return self.draft_fp16
         return self.draft.path if self.draft is not None else None
+
+    def release_port(self) -> None:
+        """Let go of the port `free_port` holds for this server (a port given with --port is not held): for a
+        server that will not start, or will not get as far as its readiness poll."""
+        if not self.port_given:
+            release_port(self.port)
 
 
 def lmdeploy_available() -> bool:
