@@ -39,16 +39,17 @@ class SpecqGroup(TyperGroup):
 
     def invoke(self, ctx: Any) -> Any:  # Typer's vendored click Context
         previous = _terminate_like_interrupt()
+        unraisable_hook = sys.unraisablehook
         interrupted = False
         try:
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, typer.TyperException):  # exits and usage errors: Typer's own
             raise
         except Terminated as e:
-            interrupted = _ignore_further_signals()
+            interrupted = _interrupted()
             _fail(e, f"terminated by {signal.Signals(e.signum).name}", 128 + e.signum)
         except KeyboardInterrupt as e:
-            interrupted = _ignore_further_signals()
+            interrupted = _interrupted()
             _fail(e, "interrupted", 130)
         except BrokenPipeError:
             # stdout was closed early (`specq ... | head`): not an error of ours; stop quietly
@@ -59,8 +60,10 @@ class SpecqGroup(TyperGroup):
             # after an interrupt the specq process is on its way out: a signal arriving now (a third
             # Ctrl-C) must not raise inside some destructor ("Exception ignored in ... __del__"), so they
             # stay ignored; an in-process caller (tests, CliRunner) gets its handlers back
-            for sig, old in previous.items() if not (interrupted and _Entry.running) else ():
-                signal.signal(sig, old)
+            if not (interrupted and _Entry.running):
+                for sig, old in previous.items():
+                    signal.signal(sig, old)
+                sys.unraisablehook = unraisable_hook
 
     def main(
         self,
@@ -154,7 +157,7 @@ def _terminate_like_interrupt() -> dict[int, Any]:
     signals are ignored while that cleanup runs."""
 
     def handler(signum: int, frame: Any) -> None:
-        _ignore_further_signals()
+        _interrupted()
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
         raise Terminated(signum)
@@ -183,6 +186,22 @@ def _ignore_further_signals() -> bool:
             with contextlib.suppress(ValueError, OSError):
                 signal.signal(sig, signal.SIG_IGN)
     return True
+
+
+def _interrupted() -> bool:
+    """An interrupt is being handled: further signals are ignored, and what it left half-built is not
+    reported (`_quiet_unraisable`)."""
+    if os.environ.get("SPECQ_DEBUG") != "1":
+        sys.unraisablehook = _quiet_unraisable
+    return _ignore_further_signals()
+
+
+def _quiet_unraisable(unraisable: Any) -> None:
+    """An interrupt raises wherever Python happens to be, also inside a constructor (an event loop's, seen
+    when Ctrl-C landed as `bench` started its requests); the half-built object's destructor then fails when
+    it is collected, and Python prints "Exception ignored in ..." with a traceback after the one error
+    line. The process is on its way out and the user has nothing to act on, so after an interrupt these
+    stay unprinted (SPECQ_DEBUG=1 prints them)."""
 
 
 def _quiet_broken_pipe() -> None:

@@ -150,7 +150,9 @@ def test_repeated_ctrl_c_is_one_line_and_a_whole_partial_report(presses, tmp_pat
         )  # fmt: skip
         try:
             deadline = time.monotonic() + 60
-            while not b.seen_auth and time.monotonic() < deadline:  # a request is streaming
+            # the server was reached (its model probe, or a request): Ctrl-C lands as bench starts its
+            # requests or mid-stream, wherever Python is (once inside an event loop's constructor)
+            while not b.seen_auth and time.monotonic() < deadline:
                 time.sleep(0.05)
             for _ in range(presses):
                 proc.send_signal(signal.SIGINT)
