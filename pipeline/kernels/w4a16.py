@@ -277,23 +277,30 @@ def _dequant(
 
 
 @triton.jit
-def _wload(ptrs, mask):
+def _wload(ptrs, mask, LIVE: tl.constexpr):
     """The weights' words: each is read once, by one block, so they leave the L2 first (`evict_first`),
     not the activations every block reads (faster at every decode shape measured, the same bits:
-    docs/w4a16.md)."""
+    docs/w4a16.md). LIVE: the group is known to be in the block's split, so no mask."""
+    if LIVE:
+        return tl.load(ptrs, eviction_policy="evict_first")
     return tl.load(ptrs, mask=mask, other=0, eviction_policy="evict_first")
 
 
 @triton.jit
-def _group_inputs(g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP: tl.constexpr):
+def _group_inputs(g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP: tl.constexpr,
+                  EVEN: tl.constexpr):  # fmt: skip
     """Group g's zero points (for the words' rows `frow`), scales and activations; a group at or past g_end
-    reads zeros."""
+    reads zeros. EVEN: every group of every iteration is live, so no masks (fewer instructions a group)."""
+    if EVEN:
+        z = tl.load(z_ptr + g * N + frow).to(tl.int32)
+        s = tl.load(s_ptr + g * N + offs_nc).to(tl.float32)
+        return z, s, tl.load(x_ptrs + g * GROUP)
     live_z = (frow * 0 + g) < g_end
     z = tl.load(z_ptr + g * N + frow, mask=live_z, other=0).to(tl.int32)
     live_n = (offs_nc * 0 + g) < g_end
     s = tl.load(s_ptr + g * N + offs_nc, mask=live_n, other=0.0).to(tl.float32)
     live_k = (offs_k * 0 + g) < g_end
-    xt = tl.load(x_ptrs + g * GROUP, mask=live_k[:, None] & m_ok[None, :], other=0.0)  # [GROUP, BLOCK_M]
+    xt = tl.load(x_ptrs + g * GROUP, mask=live_k[:, None], other=0.0)  # [GROUP, BLOCK_M]
     return z, s, xt
 
 
@@ -315,14 +322,15 @@ def _w4a16_kernel(
     M, N, K, stride_xm, stride_om, split_k,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, NW: tl.constexpr, R: tl.constexpr, SPLIT: tl.constexpr,
     HAS_BIAS: tl.constexpr, DEQUANT: tl.constexpr, PREFETCH: tl.constexpr, GPI: tl.constexpr,
-    DOT_FP32: tl.constexpr,
+    DOT_FP32: tl.constexpr, EVEN: tl.constexpr,
 ):  # fmt: skip
     """One block of BLOCK_N = 16 NW R columns over one split of K, GPI groups an iteration: the GPI groups'
     words are loaded together (PREFETCH: one iteration ahead, into registers), each thread reading the 16-byte
     runs of the words its tensor-core fragments need; groups are added into the fp32 accumulator in order.
     Split-K (SPLIT): each block writes its fp32 partial sums to the workspace and counts itself done on its
     tile's counter; the block that counts last adds the tile's partial sums in split order (the same sum
-    whichever block that is) and sets the counter back to 0 for the next launch."""
+    whichever block that is) and sets the counter back to 0 for the next launch. EVEN: the splits divide the
+    groups, and the groups an iteration a split's, so no load but a prefetch past the split needs a mask."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -357,18 +365,19 @@ def _w4a16_kernel(
     gstride = N * KW  # the layout is group-major: one group's words of every column, contiguous
     zero_w = fwi * 0  # a scalar condition as a tensor mask (the interpreter needs one)
 
-    x_ptrs = x_ptr + offs_m[None, :] * stride_xm + offs_k[:, None]
+    # rows past M read row M - 1 (no mask): a row's sums never mix with another's, and theirs are not stored
+    x_ptrs = x_ptr + tl.minimum(offs_m, M - 1)[None, :] * stride_xm + offs_k[:, None]
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     if PREFETCH:
-        n0 = _wload(w_ptrs + g_begin * gstride, (zero_w + g_begin) < g_end)
+        n0 = _wload(w_ptrs + g_begin * gstride, (zero_w + g_begin) < g_end, EVEN)
         n1 = n0
         n2 = n0
         n3 = n0
         if GPI >= 2:
-            n1 = _wload(w_ptrs + (g_begin + 1) * gstride, (zero_w + g_begin + 1) < g_end)
+            n1 = _wload(w_ptrs + (g_begin + 1) * gstride, (zero_w + g_begin + 1) < g_end, EVEN)
         if GPI >= 4:
-            n2 = _wload(w_ptrs + (g_begin + 2) * gstride, (zero_w + g_begin + 2) < g_end)
-            n3 = _wload(w_ptrs + (g_begin + 3) * gstride, (zero_w + g_begin + 3) < g_end)
+            n2 = _wload(w_ptrs + (g_begin + 2) * gstride, (zero_w + g_begin + 2) < g_end, EVEN)
+            n3 = _wload(w_ptrs + (g_begin + 3) * gstride, (zero_w + g_begin + 3) < g_end, EVEN)
     for g in range(g_begin, g_end, GPI):
         if PREFETCH:
             c0 = n0
@@ -376,37 +385,37 @@ def _w4a16_kernel(
             c2 = n2
             c3 = n3
             gn = g + GPI
-            n0 = _wload(w_ptrs + gn * gstride, (zero_w + gn) < g_end)
+            n0 = _wload(w_ptrs + gn * gstride, (zero_w + gn) < g_end, False)
             if GPI >= 2:
-                n1 = _wload(w_ptrs + (gn + 1) * gstride, (zero_w + gn + 1) < g_end)
+                n1 = _wload(w_ptrs + (gn + 1) * gstride, (zero_w + gn + 1) < g_end, False)
             if GPI >= 4:
-                n2 = _wload(w_ptrs + (gn + 2) * gstride, (zero_w + gn + 2) < g_end)
-                n3 = _wload(w_ptrs + (gn + 3) * gstride, (zero_w + gn + 3) < g_end)
+                n2 = _wload(w_ptrs + (gn + 2) * gstride, (zero_w + gn + 2) < g_end, False)
+                n3 = _wload(w_ptrs + (gn + 3) * gstride, (zero_w + gn + 3) < g_end, False)
         else:
-            c0 = _wload(w_ptrs + g * gstride, (zero_w + g) < g_end)
+            c0 = _wload(w_ptrs + g * gstride, (zero_w + g) < g_end, EVEN)
             c1 = c0
             c2 = c0
             c3 = c0
             if GPI >= 2:
-                c1 = _wload(w_ptrs + (g + 1) * gstride, (zero_w + g + 1) < g_end)
+                c1 = _wload(w_ptrs + (g + 1) * gstride, (zero_w + g + 1) < g_end, EVEN)
             if GPI >= 4:
-                c2 = _wload(w_ptrs + (g + 2) * gstride, (zero_w + g + 2) < g_end)
-                c3 = _wload(w_ptrs + (g + 3) * gstride, (zero_w + g + 3) < g_end)
+                c2 = _wload(w_ptrs + (g + 2) * gstride, (zero_w + g + 2) < g_end, EVEN)
+                c3 = _wload(w_ptrs + (g + 3) * gstride, (zero_w + g + 3) < g_end, EVEN)
         # every input of the iteration's groups is asked for before the first group is computed
-        z0, s0, x0 = _group_inputs(g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP)
+        z0, s0, x0 = _group_inputs(g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN)
         z1, s1, x1 = z0, s0, x0
         z2, s2, x2 = z0, s0, x0
         z3, s3, x3 = z0, s0, x0
         if GPI >= 2:
             z1, s1, x1 = _group_inputs(
-                g + 1, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP
+                g + 1, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN
             )
         if GPI >= 4:
             z2, s2, x2 = _group_inputs(
-                g + 2, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP
+                g + 2, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN
             )
             z3, s3, x3 = _group_inputs(
-                g + 3, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, m_ok, GROUP
+                g + 3, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN
             )
         acc = _group(acc, c0, z0, s0, x0, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP)
         if GPI >= 2:
@@ -505,6 +514,7 @@ def _launch(
         PREFETCH=cfg.prefetch,
         GPI=cfg.gpi,
         DOT_FP32=INTERPRET,
+        EVEN=groups % split == 0 and (groups // split) % cfg.gpi == 0,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **extra,
