@@ -277,13 +277,17 @@ def _dequant(
 
 
 @triton.jit
-def _wload(ptrs, mask, LIVE: tl.constexpr):
-    """The weights' words: each is read once, by one block, so they leave the L2 first (`evict_first`),
-    not the activations every block reads (faster at every decode shape measured, the same bits:
-    docs/w4a16.md). LIVE: the group is known to be in the block's split, so no mask."""
+def _wload(ptrs, mask, LIVE: tl.constexpr, NW: tl.constexpr, R: tl.constexpr, WPC: tl.constexpr):
+    """One group's words for the block, [BLOCK_N rows rho, 4 WPC words] (see the kernel), as the index space
+    [4 c, 8 g, NW w, 2 j, R r, WPC wi] that `_dequant` takes (a relabelling, no data movement). Each word is
+    read once, by one block, so it leaves the L2 first (`evict_first`), not the activations every block
+    reads (faster at every decode shape measured, the same bits: docs/w4a16.md). LIVE: the group is known to
+    be in the block's split, so no mask."""
     if LIVE:
-        return tl.load(ptrs, eviction_policy="evict_first")
-    return tl.load(ptrs, mask=mask, other=0, eviction_policy="evict_first")
+        w = tl.load(ptrs, eviction_policy="evict_first")
+    else:
+        w = tl.load(ptrs, mask=mask, other=0, eviction_policy="evict_first")
+    return tl.permute(tl.reshape(w, (R, 2, NW, 8, 4, WPC)), (4, 3, 2, 1, 0, 5))
 
 
 @triton.jit
@@ -343,18 +347,24 @@ def _w4a16_kernel(
     g_begin = pid_k * per_split
     g_end = tl.minimum(g_begin + per_split, groups)
 
-    # the words' index space [4 c, 8 g, NW w, 2 j, R r, WPC wi]: lanes over (c, g), warps over w, and each
-    # thread's registers over (j, r, wi); Triton lays a load out in this order, so the words arrive where the
-    # tensor-core fragments of row n = 16 NW r + 16 w + 8 j + g want them
+    # A group's words are loaded as [BLOCK_N rows rho, 4 WPC words (c, wi)], rho = g + 8 w + 8 NW j + 16 NW r
+    # for row n = 16 NW r + 16 w + 8 j + g: Triton lays a contiguous 2-D load out as 16 bytes a thread, 4
+    # lanes along a row (c), 8 rows (g) a warp, warps over w and registers over (j, r), which is where the
+    # tensor-core fragments want the words (`_fragment_tile`). (A 6-D load of the same words got that
+    # layout from Triton 3.6 and another from 3.7, which then moved every word through shared memory.)
+    rho = tl.arange(0, BLOCK_N)
+    wrow = (pid_n * BLOCK_N + 16 * NW * (rho // (16 * NW)) + 16 * ((rho // 8) % NW)
+            + 8 * ((rho // (8 * NW)) % 2) + rho % 8)  # fmt: skip
+    wrow = tl.where(wrow < N, wrow, 0)  # clamp rows past N: read a valid row, never store it
+    cw = tl.arange(0, KW)
+    w_ptrs = qw_ptr + wrow[:, None] * KW + cw[None, :]  # [BLOCK_N, KW]
+    # the zero points' rows, in the index space [4 c, 8 g, NW w, 2 j, R r, WPC wi]
     fg = tl.arange(0, 8)[None, :, None, None, None, None]
     fw = tl.arange(0, NW)[None, None, :, None, None, None]
     fj = tl.arange(0, 2)[None, None, None, :, None, None]
     fr = tl.arange(0, R)[None, None, None, None, :, None]
     frow = pid_n * BLOCK_N + 16 * NW * fr + 16 * fw + 8 * fj + fg  # [1, 8, NW, 2, R, 1]
-    frow = tl.where(frow < N, frow, 0)  # clamp rows past N: read a valid row, never store it
-    fc = tl.arange(0, 4)[:, None, None, None, None, None]
-    fwi = tl.arange(0, WPC)[None, None, None, None, None, :]
-    w_ptrs = qw_ptr + frow * KW + fc * WPC + fwi  # [4, 8, NW, 2, R, WPC]
+    frow = tl.where(frow < N, frow, 0)
 
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < N
@@ -363,21 +373,21 @@ def _w4a16_kernel(
     m_ok = offs_m < M
     offs_k = tl.arange(0, GROUP)
     gstride = N * KW  # the layout is group-major: one group's words of every column, contiguous
-    zero_w = fwi * 0  # a scalar condition as a tensor mask (the interpreter needs one)
+    zero_w = cw[None, :] * 0  # a scalar condition as a tensor mask (the interpreter needs one)
 
     # rows past M read row M - 1 (no mask): a row's sums never mix with another's, and theirs are not stored
     x_ptrs = x_ptr + tl.minimum(offs_m, M - 1)[None, :] * stride_xm + offs_k[:, None]
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     if PREFETCH:
-        n0 = _wload(w_ptrs + g_begin * gstride, (zero_w + g_begin) < g_end, EVEN)
+        n0 = _wload(w_ptrs + g_begin * gstride, (zero_w + g_begin) < g_end, EVEN, NW, R, WPC)
         n1 = n0
         n2 = n0
         n3 = n0
         if GPI >= 2:
-            n1 = _wload(w_ptrs + (g_begin + 1) * gstride, (zero_w + g_begin + 1) < g_end, EVEN)
+            n1 = _wload(w_ptrs + (g_begin + 1) * gstride, (zero_w + g_begin + 1) < g_end, EVEN, NW, R, WPC)
         if GPI >= 4:
-            n2 = _wload(w_ptrs + (g_begin + 2) * gstride, (zero_w + g_begin + 2) < g_end, EVEN)
-            n3 = _wload(w_ptrs + (g_begin + 3) * gstride, (zero_w + g_begin + 3) < g_end, EVEN)
+            n2 = _wload(w_ptrs + (g_begin + 2) * gstride, (zero_w + g_begin + 2) < g_end, EVEN, NW, R, WPC)
+            n3 = _wload(w_ptrs + (g_begin + 3) * gstride, (zero_w + g_begin + 3) < g_end, EVEN, NW, R, WPC)
     for g in range(g_begin, g_end, GPI):
         if PREFETCH:
             c0 = n0
@@ -385,22 +395,22 @@ def _w4a16_kernel(
             c2 = n2
             c3 = n3
             gn = g + GPI
-            n0 = _wload(w_ptrs + gn * gstride, (zero_w + gn) < g_end, False)
+            n0 = _wload(w_ptrs + gn * gstride, (zero_w + gn) < g_end, False, NW, R, WPC)
             if GPI >= 2:
-                n1 = _wload(w_ptrs + (gn + 1) * gstride, (zero_w + gn + 1) < g_end, False)
+                n1 = _wload(w_ptrs + (gn + 1) * gstride, (zero_w + gn + 1) < g_end, False, NW, R, WPC)
             if GPI >= 4:
-                n2 = _wload(w_ptrs + (gn + 2) * gstride, (zero_w + gn + 2) < g_end, False)
-                n3 = _wload(w_ptrs + (gn + 3) * gstride, (zero_w + gn + 3) < g_end, False)
+                n2 = _wload(w_ptrs + (gn + 2) * gstride, (zero_w + gn + 2) < g_end, False, NW, R, WPC)
+                n3 = _wload(w_ptrs + (gn + 3) * gstride, (zero_w + gn + 3) < g_end, False, NW, R, WPC)
         else:
-            c0 = _wload(w_ptrs + g * gstride, (zero_w + g) < g_end, EVEN)
+            c0 = _wload(w_ptrs + g * gstride, (zero_w + g) < g_end, EVEN, NW, R, WPC)
             c1 = c0
             c2 = c0
             c3 = c0
             if GPI >= 2:
-                c1 = _wload(w_ptrs + (g + 1) * gstride, (zero_w + g + 1) < g_end, EVEN)
+                c1 = _wload(w_ptrs + (g + 1) * gstride, (zero_w + g + 1) < g_end, EVEN, NW, R, WPC)
             if GPI >= 4:
-                c2 = _wload(w_ptrs + (g + 2) * gstride, (zero_w + g + 2) < g_end, EVEN)
-                c3 = _wload(w_ptrs + (g + 3) * gstride, (zero_w + g + 3) < g_end, EVEN)
+                c2 = _wload(w_ptrs + (g + 2) * gstride, (zero_w + g + 2) < g_end, EVEN, NW, R, WPC)
+                c3 = _wload(w_ptrs + (g + 3) * gstride, (zero_w + g + 3) < g_end, EVEN, NW, R, WPC)
         # every input of the iteration's groups is asked for before the first group is computed
         z0, s0, x0 = _group_inputs(g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN)
         z1, s1, x1 = z0, s0, x0
