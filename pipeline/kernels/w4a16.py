@@ -317,7 +317,7 @@ def _group(acc, words, z, s, xt, DEQUANT: tl.constexpr, DOT_FP32: tl.constexpr, 
         d = tl.dot(w.to(tl.float32), xt.to(tl.float32), input_precision="ieee")
     else:
         d = tl.dot(w, xt)  # [BLOCK_N, BLOCK_M] fp32: sum over the group of x * (q - z)
-    return acc + d * s[:, None]
+    return tl.fma(d, s[:, None], acc)  # one rounding, whatever Triton's default for fusing a * b + c
 
 
 @triton.jit
