@@ -1,10 +1,12 @@
 """W4A16 GEMM at Qwen3.5-27B's linear shapes on one GPU: specq's kernel (`specq.pipeline.kernels.w4a16`)
 against LMDeploy 0.18's Triton AWQ kernel (as its PyTorch engine calls it, casts included), torch's tinygemm
 (`_weight_int4pack_mm`), gemlite's A16W4, Marlin (vLLM's kernel from gptqmodel's sources, `_marlin`) and
-bf16 `F.linear`, at M = 1, 2, 4, 8, 16 rows.
+bf16 `F.linear`, at M = 1, 2, 4, 8, 16 rows; and, with `--against FILE`, another revision of specq's kernel
+module (`git show REV:pipeline/kernels/w4a16.py > FILE`) at the same configurations, checked bitwise.
 
     python benchmarks/gpu.py w4a16-kernel --out DIR [--shapes gate_up,down,...] [--rows 1,2,4,8,16]
         [--tune] [--candidates all|quick] [--iters 20] [--kernels ...,marlin --marlin-sdist FILE]
+        [--against FILE]
 
 Timing: each measurement is a CUDA graph that runs the op once on each of R copies of the weights (R so
 that
@@ -17,7 +19,9 @@ Checks, for specq's kernel, on fresh random inputs: the relative error against t
 rows
 (M-invariant: row i at M = 1 and M = 16), of the inline-PTX and pure-Triton dequantization, of the chosen
 configuration with and without a register cap, and of 50 launches at split-K 8 (the last block's sum). For
-Marlin, when it is timed: its error, two runs and its rows alone against M = 16, the same way.
+Marlin, when it is timed: its error, two runs and its rows alone against M = 16, the same way. For the
+`--against` revision ("against" in the tables): its outputs against specq's, bitwise, at M = 1 to 16, each
+with the configuration specq runs for that shape.
 
 `--tune` times every candidate configuration per shape first (`w4a16.tune`, 16 rows) and writes the choices to
 the kernel's cache file (and DIR/w4a16-tuned.json). Outputs: DIR/w4a16_kernel.json (every figure) and
@@ -27,6 +31,7 @@ one is reported, not fatal; Marlin is compiled first, a minute or two)."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import sys
@@ -66,14 +71,47 @@ def rand_awq(n: int, k: int, device: str, group: int = GROUP) -> tuple[torch.Ten
     return W.pack_awq(q), W.pack_awq(z), s
 
 
+def load_revision(path: Path) -> Any:
+    """Another revision of specq's kernel module, from a file (its own tables and cache are not read: it runs
+    the configuration specq runs)."""
+    spec = importlib.util.spec_from_file_location("specq_w4a16_against", path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"{path}: not a Python module")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    for name in ("Config", "pack", "linear"):
+        if not hasattr(mod, name):
+            raise ValueError(f"{path}: not a revision of specq's W4A16 kernel module (no {name})")
+    return mod
+
+
+def revision_op(mod: Any, n: int, k: int, device: torch.device) -> tuple[Callable[..., torch.Tensor], Any]:
+    """(linear(x, packed), pack) of revision `mod` at the configuration specq runs for (n, k)."""
+    cfg = mod.Config(**asdict(W.config_for(n, k, device)))
+    return (lambda x, p: mod.linear(x, p, cfg=cfg)), mod.pack
+
+
+def against_checks(mod: Any, n: int, k: int, dtype: torch.dtype, device: str = "cuda") -> dict[str, Any]:
+    """The revision's outputs against specq's, bitwise, for the first m of 16 rows, m = 1, 2, 4, 8, 16."""
+    qw, qz, s = rand_awq(n, k, device)
+    op, pack = revision_op(mod, n, k, torch.device(device))
+    p, q = W.pack(qw, qz, s), pack(qw, qz, s)
+    x = torch.randn(16, k, device=device, dtype=dtype)
+    same = {m: bool(torch.equal(W.linear(x[:m], p), op(x[:m], q))) for m in (1, 2, 4, 8, 16)}
+    return {"bitwise_equal": all(same.values()), "rows": same}
+
+
 class Kernels:
     """Each candidate's set-up for one shape: `prepare(copies)` then `op(copy, x)`."""
 
     def __init__(
-        self, n: int, k: int, awq: list[tuple[torch.Tensor, ...]], dtype: torch.dtype, marlin_ops: Any = None
-    ) -> None:
+        self, n: int, k: int, awq: list[tuple[torch.Tensor, ...]], dtype: torch.dtype, marlin_ops: Any = None,
+        revision: Any = None,
+    ) -> None:  # fmt: skip
         self.n, self.k, self.awq, self.dtype = n, k, awq, dtype
         self.marlin_ops = marlin_ops
+        self.revision = revision
         self.errors: dict[str, str] = {}
 
     def specq(self) -> Callable[[int, torch.Tensor], torch.Tensor]:
@@ -123,6 +161,13 @@ class Kernels:
             raise RuntimeError("this Marlin build takes bf16 activations only")
         layers = [MarlinAWQ(self.marlin_ops, qw, qz, s) for qw, qz, s in self.awq]
         return lambda i, x: layers[i](x)
+
+    def against(self) -> Callable[[int, torch.Tensor], torch.Tensor]:
+        if self.revision is None:
+            raise RuntimeError("no revision to time against (--against FILE)")
+        op, pack = revision_op(self.revision, self.n, self.k, torch.device("cuda"))
+        packed = [pack(qw, qz, s) for qw, qz, s in self.awq]
+        return lambda i, x: op(x, packed[i])
 
     def bf16(self) -> Callable[[int, torch.Tensor], torch.Tensor]:
         ws = [torch.randn(self.n, self.k, device="cuda", dtype=self.dtype) * 0.02 for _ in self.awq]
@@ -198,12 +243,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=1e9, help="seconds: later kernels and shapes are skipped")
     ap.add_argument("--marlin-sdist", type=Path, help="a gptqmodel source distribution (Marlin's sources)")
     ap.add_argument("--marlin-build", type=Path, default=Path("/tmp/specq-marlin"))
+    ap.add_argument("--against", type=Path, help="another revision of the kernel module, timed beside")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     dtype = getattr(torch, args.dtype)
     rows = [int(r) for r in args.rows.split(",")]
     names = [s for s in args.shapes.split(",") if s]
     kernels = [k for k in args.kernels.split(",") if k]
+    revision = load_revision(args.against) if args.against else None
+    if revision is not None and "against" not in kernels:
+        kernels.insert(kernels.index("specq") + 1 if "specq" in kernels else 0, "against")
     result: dict[str, Any] = {
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
@@ -259,7 +308,12 @@ def main(argv: list[str] | None = None) -> int:
                 entry["marlin_checks"] = marlin_checks(marlin_ops, n, k)
             except Exception as e:
                 entry["marlin_checks"] = {"error": f"{type(e).__name__}: {e}"}
-        kit = Kernels(n, k, awq, dtype, marlin_ops)
+        if revision is not None:
+            try:
+                entry["against_checks"] = against_checks(revision, n, k, dtype)
+            except Exception as e:
+                entry["against_checks"] = {"error": f"{type(e).__name__}: {e}"}
+        kit = Kernels(n, k, awq, dtype, marlin_ops, revision)
         for kern in kernels:
             if time.time() - t0 > args.budget:
                 result["errors"][f"{name}/{kern}"] = "skipped: out of budget"
@@ -338,6 +392,8 @@ def tables(result: dict[str, Any], rows: list[int], kernels: list[str]) -> str:
         lines.append(f"- {name}: {e.get('checks')}")
         if e.get("marlin_checks"):
             lines.append(f"- {name} (Marlin): {e['marlin_checks']}")
+        if e.get("against_checks"):
+            lines.append(f"- {name} (against): {e['against_checks']}")
     if result.get("tuned"):
         lines += ["", f"Tuned: {result['tuned']}"]
     if result.get("errors"):
