@@ -9,9 +9,9 @@ module (`git show REV:pipeline/kernels/w4a16.py > FILE`) at the same configurati
         [--against FILE]
 
 Timing: each measurement is a CUDA graph that runs the op once on each of R copies of the weights (R so
-that
-the copies total at least 256 MB, more than the L2 can hold), replayed `--iters` times after a warm-up; the
-figure is the median replay over R, in µs. Effective bandwidth counts the bytes of the AWQ checkpoint's
+that the copies total at least 256 MB, more than the L2 can hold), replayed `--iters` times after a warm-up
+of replays (300 ms before a kernel's first M at a shape, 20 ms before the others: an idle GPU runs slow for a
+while); the figure is the median replay over R, in µs. Effective bandwidth counts the bytes of the AWQ checkpoint's
 tensors (4-bit weights, fp16 scales, 4-bit zeros) over that time, for every 4-bit kernel alike.
 
 Checks, for specq's kernel, on fresh random inputs: the relative error against the fp32 dequantized reference
@@ -324,10 +324,11 @@ def main(argv: list[str] | None = None) -> int:
                 result["errors"][f"{name}/{kern}"] = f"{type(e).__name__}: {e}"
                 continue
             entry["us"][kern] = {}
-            for m in rows:
+            for j, m in enumerate(rows):
                 x = torch.randn(m, k, device="cuda", dtype=dtype)
-                try:
-                    us = W.graph_us([lambda i=i, op=op, x=x: op(i, x) for i in range(copies)], args.iters)
+                ops = [lambda i=i, op=op, x=x: op(i, x) for i in range(copies)]
+                try:  # the first M of a kernel after the checks: warmed up for longer (W.COLD_MS)
+                    us = W.graph_us(ops, args.iters, warm_ms=W.COLD_MS if j == 0 else W.WARM_MS)
                 except Exception as e:
                     result["errors"][f"{name}/{kern}/m{m}"] = f"{type(e).__name__}: {e}"
                     traceback.print_exc(limit=2)
