@@ -11,8 +11,8 @@ module (`git show REV:pipeline/kernels/w4a16.py > FILE`) at the same configurati
 Timing: each measurement is a CUDA graph that runs the op once on each of R copies of the weights (R so
 that the copies total at least 256 MB, more than the L2 can hold), replayed `--iters` times after a warm-up
 of replays (300 ms before a kernel's first M at a shape, 20 ms before the others: an idle GPU runs slow for a
-while); the figure is the median replay over R, in µs. Effective bandwidth counts the bytes of the AWQ checkpoint's
-tensors (4-bit weights, fp16 scales, 4-bit zeros) over that time, for every 4-bit kernel alike.
+while); the figure is the median replay over R, in µs. Effective bandwidth counts the bytes of the AWQ
+checkpoint's tensors (4-bit weights, fp16 scales, 4-bit zeros) over that time, for every 4-bit kernel alike.
 
 Checks, for specq's kernel, on fresh random inputs: the relative error against the fp32 dequantized reference
 (‖out − ref‖ / ‖ref‖), bitwise equality of two runs (deterministic), of each row computed alone and among M
