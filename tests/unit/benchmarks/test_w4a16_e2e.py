@@ -1,0 +1,30 @@
+"""benchmarks/scenarios/w4a16_e2e.py on the CPU: its server list and its report. The servers themselves run on
+a GPU machine (docs/w4a16.md); here a run with no wave still writes what the servers' environment has."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.scenarios import w4a16_e2e as E
+from specq.pipeline import hardware
+
+
+def test_the_waves_name_each_server_and_an_unknown_one_is_refused() -> None:
+    waves = E.parse_waves("plain:specq,mtp3;dflash7")
+    assert [[s["name"] for s in w] for w in waves] == [["plain-specq", "mtp3"], ["dflash7"]]
+    assert waves[0][1] == {"name": "mtp3", "kind": "mtp", "k": 3, "kernel": "specq"}
+    with pytest.raises(ValueError, match="unknown server"):
+        E.parse_server("eagle3")
+
+
+def test_the_report_says_whether_flash_attention_3_is_on_the_servers_path(tmp_path: Path) -> None:
+    (tmp_path / "w" / "twin27" / "target").mkdir(parents=True)  # a twin already there: nothing is built
+    assert E.main(["--out", str(tmp_path / "w"), "--report-dir", str(tmp_path / "r"), "--waves", ""]) == 0
+    report = json.loads((tmp_path / "r" / "e2e.json").read_text())
+    has_fa3 = hardware.flash_attention_3() is None
+    assert report["fa3"] is has_fa3 and report["servers"] == []
+    first = (tmp_path / "r" / "e2e.md").read_text().splitlines()[0]
+    assert first == f"FlashAttention-3 on the servers' path: {'yes' if has_fa3 else 'no'}"
