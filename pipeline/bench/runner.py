@@ -102,8 +102,8 @@ def _host() -> HostInfo:
 def _versions() -> dict[str, str | None]:
     from .. import __version__
 
-    out: dict[str, str | None] = {"specq": __version__}
-    for pkg in ("lmdeploy", "vllm", "transformers", "torch", "httpx"):
+    out: dict[str, str | None] = {"specq": __version__, "lmdeploy": lmdeploy_version()}
+    for pkg in ("vllm", "transformers", "torch", "httpx"):
         out[pkg] = package_version(pkg)
     return out
 
