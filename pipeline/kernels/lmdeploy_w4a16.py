@@ -30,6 +30,7 @@ class SpecqAwqLinearW4A16Impl:
         self.w_bit = w_bit
         self.group_size = group_size
         self._qweight_ptr: int | None = None
+        self._order = w4a16.ORDER_WGMMA  # the repacked words' k order (`w4a16.pack` picks it for the GPU)
 
     def update_weights(
         self,
@@ -45,6 +46,7 @@ class SpecqAwqLinearW4A16Impl:
             )
         w4a16.prepare(packed)
         self._qweight_ptr = packed.qweight.data_ptr()
+        self._order = packed.order
         return packed.qweight, packed.scales, packed.zeros, bias
 
     def forward(
@@ -62,7 +64,9 @@ class SpecqAwqLinearW4A16Impl:
                 "specq's W4A16 linear got weights it has not repacked (update_weights was not called after "
                 "loading); serve with engine.w4a16_kernel = lmdeploy to use LMDeploy's kernel"
             )
-        packed = w4a16.PackedW4(qweight=qweight, scales=scales, zeros=qzeros, group=self.group_size)
+        packed = w4a16.PackedW4(
+            qweight=qweight, scales=scales, zeros=qzeros, group=self.group_size, order=self._order
+        )
         out = w4a16.linear(x, packed, bias)
         if out.dim() == 2:  # LMDeploy's linears answer 3-D for a 2-D input
             out = out.unsqueeze(0)

@@ -14,9 +14,11 @@ What it guarantees, and how:
   elsewhere), the activations, 16 rows padded, its small B operand. The weights are repacked once, at load,
   from AWQ's gemm layout (qweight int32 [K, N/8], nibbles along N) to a group-major one, int32 [K/g, N, g/8]:
   one group's words for every output column, contiguous, and within a column the words in the order the A
-  fragment wants them. Lane 4g + c of a warp holds rows g and g + 8 and, of every 16 k, k = 2c, 2c + 1,
-  2c + 8, 2c + 9; so word c * g/32 + wi of a column holds, at nibble e * 4 + tlo * 2 + h, the value of
-  k = 16 (2 wi + tlo) + 8 h + 2 c + e. Each thread loads its g/32 words as one run (16 bytes for g = 128),
+  fragment wants them. Lane 4g + c of a warp holds rows g and g + 8 and, for wgmma (Hopper), of every 16 k,
+  k = 2c, 2c + 1, 2c + 8, 2c + 9; so word c * g/32 + wi of a column holds, at nibble e * 4 + tlo * 2 + h,
+  the value of k = 16 (2 wi + tlo) + 8 h + 2 c + e (`ORDER_WGMMA`). For mma.sync (Ampere, Ada) Triton's
+  operand holds 8 k in a row, k = 32 wi + 8 c + 4 tlo + 2 h + e (`ORDER_MMA`); `pack` writes the order of
+  the GPU the weights are on. Each thread loads its g/32 words as one run (16 bytes for g = 128),
   one mask-and-or turns nibbles p and p + 4 into the activation-dtype pair (k, k + 1) that one fragment
   register holds, and the tile built from them (`_fragment_tile`: a permute and a reshape of the words'
   index space [4 c, 8 g, warps, 2 j, R, g/32 wi]) already has the fragment's layout: no value goes through
@@ -94,6 +96,7 @@ class PackedW4:
     scales: torch.Tensor  # fp16/bf16 [K // group, N]
     zeros: torch.Tensor  # uint8 [K // group, N]
     group: int
+    order: int = 0  # the words' k order: ORDER_WGMMA (Hopper) or ORDER_MMA (mma.sync: Ampere, Ada), `pack`
 
     @property
     def n(self) -> int:
@@ -127,14 +130,41 @@ def pack_awq(q: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _to_fragments(q: torch.Tensor) -> torch.Tensor:
+# The k order of a column's words, by the tensor-core instruction the tile feeds. Word c * g/32 + wi of a
+# column holds, at nibble e * 4 + tlo * 2 + h, the value of
+#   ORDER_WGMMA (Hopper's wgmma, A from registers):  k = 16 (2 wi + tlo) + 8 h + 2 c + e
+#   ORDER_MMA (mma.sync: Ampere, Ada; Triton's A operand holds 8 k in a row there, `kWidth` 8):
+#                                                    k = 32 wi + 8 c + 4 tlo + 2 h + e
+# Either way lane 4g + c holds rows g and g + 8 and reads its g/32 words as one run; only which k a nibble
+# stands for differs. With the other order, Triton moves the dequantized tile through shared memory.
+ORDER_WGMMA, ORDER_MMA = 0, 1
+
+
+def fragment_order(device: torch.device) -> int:
+    """The order `pack` writes for a GPU: wgmma's on compute capability 9.x, mma.sync's on any other (and
+    wgmma's off the GPU, where the interpreter runs either)."""
+    if device.type != "cuda":
+        return ORDER_WGMMA
+    return ORDER_WGMMA if torch.cuda.get_device_capability(device)[0] == 9 else ORDER_MMA
+
+
+def _k_axes(order: int) -> tuple[int, ...]:
+    """Where k's factors sit in the index space [G, N, c, wi, e, tlo, h] of `_to_fragments`, in k's own
+    order (most significant first): (wi, tlo, h, c, e) for wgmma, (wi, c, tlo, h, e) for mma.sync."""
+    return (3, 5, 6, 2, 4) if order == ORDER_WGMMA else (3, 2, 5, 6, 4)
+
+
+def _to_fragments(q: torch.Tensor, order: int = ORDER_WGMMA) -> torch.Tensor:
     """Codes [G, group, N] (0..15; k within its group along axis 1) -> int32 words [G, N, group/8] in specq's
-    fragment order (the module docstring): word c * group/32 + wi of a column holds, at nibble
-    e * 4 + tlo * 2 + h, the value of k = 16 (2 wi + tlo) + 8 h + 2 c + e."""
+    fragment order (`ORDER_WGMMA` or `ORDER_MMA`, above)."""
     g, group, n = q.shape
     wpc = group // 32
-    q6 = q.reshape(g, wpc, 2, 2, 4, 2, n).to(torch.int32)  # k = (wi, tlo, h, c, e)
-    q6 = q6.permute(0, 6, 4, 1, 5, 2, 3)  # [G, N, c, wi, e, tlo, h]
+    if order == ORDER_WGMMA:
+        q6 = q.reshape(g, wpc, 2, 2, 4, 2, n).to(torch.int32)  # k = (wi, tlo, h, c, e)
+        q6 = q6.permute(0, 6, 4, 1, 5, 2, 3)  # [G, N, c, wi, e, tlo, h]
+    else:
+        q6 = q.reshape(g, wpc, 4, 2, 2, 2, n).to(torch.int32)  # k = (wi, c, tlo, h, e)
+        q6 = q6.permute(0, 6, 2, 1, 5, 3, 4)  # [G, N, c, wi, e, tlo, h]
     q6 = q6.reshape(g, n, 4 * wpc, 8)
     out = torch.zeros((g, n, 4 * wpc), dtype=torch.int32, device=q.device)
     for i in range(8):
@@ -142,19 +172,24 @@ def _to_fragments(q: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _from_fragments(words: torch.Tensor) -> torch.Tensor:
+def _from_fragments(words: torch.Tensor, order: int = ORDER_WGMMA) -> torch.Tensor:
     """`_to_fragments`' inverse: int32 words [G, N, group/8] -> codes [G, group, N] (int32)."""
     g, n, kw = words.shape
     wpc = kw // 4
     shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=words.device)
     q = (words.unsqueeze(-1) >> shifts) & 0xF  # [G, N, c * wi, nibble]
     q = q.reshape(g, n, 4, wpc, 2, 2, 2)  # [G, N, c, wi, e, tlo, h]
-    return q.permute(0, 3, 5, 6, 2, 4, 1).reshape(g, kw * 8, n)  # [G, (wi, tlo, h, c, e), N]
+    return q.permute(0, *_k_axes(order), 1).reshape(g, kw * 8, n)  # [G, k, N]
 
 
-def pack(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor) -> PackedW4:
+def pack(
+    qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, order: int | None = None
+) -> PackedW4:
     """AWQ gemm tensors as LMDeploy loads them (qweight int32 [K, N/8], qzeros int32 [K/g, N/8], scales
-    [K/g, N]) -> specq's layout. Lossless; runs on the tensors' device, one layer at a time."""
+    [K/g, N]) -> specq's layout, in `order` (None: the one for the tensors' GPU, `fragment_order`). Lossless;
+    runs on the tensors' device, one layer at a time."""
+    if order is None:
+        order = fragment_order(qweight.device)
     k, n = qweight.shape[0], qweight.shape[1] * 8
     groups = qzeros.shape[0]
     if k % groups or scales.shape != (groups, n) or qzeros.shape[1] * 8 != n:
@@ -172,14 +207,14 @@ def pack(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor) -> P
     for g0 in range(0, groups, step):
         g1 = min(groups, g0 + step)
         q = unpack_awq(qweight[g0 * group : g1 * group]).reshape(g1 - g0, group, n)
-        packed[g0:g1] = _to_fragments(q)
+        packed[g0:g1] = _to_fragments(q, order)
     zeros = unpack_awq(qzeros).contiguous()  # [G, N]
-    return PackedW4(qweight=packed, scales=scales.contiguous(), zeros=zeros, group=group)
+    return PackedW4(qweight=packed, scales=scales.contiguous(), zeros=zeros, group=group, order=order)
 
 
 def dequantize(p: PackedW4) -> torch.Tensor:
     """The fp32 weight [K, N] that `p` stands for, (q - z) * s: the reference the kernel is checked by."""
-    q = _from_fragments(p.qweight).reshape(p.k, p.n).to(torch.float32)
+    q = _from_fragments(p.qweight, p.order).reshape(p.k, p.n).to(torch.float32)
     z = p.zeros.to(torch.float32).repeat_interleave(p.group, dim=0)
     s = p.scales.to(torch.float32).repeat_interleave(p.group, dim=0)
     return (q - z) * s
@@ -234,18 +269,22 @@ def _pair_pure(words, z, SHIFT: tl.constexpr, DTYPE: tl.constexpr):
 
 
 @triton.jit
-def _fragment_tile(v, BLOCK_N: tl.constexpr, GROUP: tl.constexpr):
+def _fragment_tile(v, BLOCK_N: tl.constexpr, GROUP: tl.constexpr, ORDER: tl.constexpr):
     """[4 c, 8 g, NW w, 2 j, R r, WPC wi, 2 e, 2 h, 2 tlo] values -> the [BLOCK_N, GROUP] tile of row
-    n = 16 NW r + 16 w + 8 j + g and k = 16 (2 wi + tlo) + 8 h + 2 c + e: a relabelling of the registers
-    (each thread already holds what the tensor-core fragment wants of it), no data movement."""
-    v = tl.permute(v, (4, 2, 3, 1, 5, 8, 7, 0, 6))  # [r, w, j, g, wi, tlo, h, c, e]
+    n = 16 NW r + 16 w + 8 j + g and k as ORDER says (`ORDER_WGMMA`, `ORDER_MMA`): a relabelling of the
+    registers (each thread already holds what the tensor-core fragment wants of it), no data movement."""
+    if ORDER == 0:
+        v = tl.permute(v, (4, 2, 3, 1, 5, 8, 7, 0, 6))  # [r, w, j, g, wi, tlo, h, c, e]
+    else:
+        v = tl.permute(v, (4, 2, 3, 1, 5, 0, 8, 7, 6))  # [r, w, j, g, wi, c, tlo, h, e]
     return tl.reshape(v, (BLOCK_N, GROUP))
 
 
 @triton.jit
 def _dequant(
-    words, z, DEQUANT: tl.constexpr, DTYPE: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr
-):
+    words, z, DEQUANT: tl.constexpr, DTYPE: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr,
+    ORDER: tl.constexpr,
+):  # fmt: skip
     """words int32 [4, 8, NW, 2, R, WPC] (specq's fragment order), z int32 [1, 8, NW, 2, R, 1] zero points ->
     [BLOCK_N, GROUP] of q - z in DTYPE: exact small integers, so the three ways give the same bits."""
     if DEQUANT == 0:  # each nibble on its own: nibble e * 4 + tlo * 2 + h
@@ -273,7 +312,7 @@ def _dequant(
             a3, b3 = _pair_pure(words, z, 12, DTYPE)
         # join adds a last axis of 2: e, then h, then tlo
         v = tl.join(tl.join(tl.join(a0, b0), tl.join(a1, b1)), tl.join(tl.join(a2, b2), tl.join(a3, b3)))
-    return _fragment_tile(v, BLOCK_N, GROUP)
+    return _fragment_tile(v, BLOCK_N, GROUP, ORDER)
 
 
 @triton.jit
@@ -310,9 +349,9 @@ def _group_inputs(g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROU
 
 @triton.jit
 def _group(acc, words, z, s, xt, DEQUANT: tl.constexpr, DOT_FP32: tl.constexpr, DTYPE: tl.constexpr,
-           BLOCK_N: tl.constexpr, GROUP: tl.constexpr):  # fmt: skip
+           BLOCK_N: tl.constexpr, GROUP: tl.constexpr, ORDER: tl.constexpr):  # fmt: skip
     """acc + one group's x (q - z) s for this block of columns (a dead group's zeros add exact zeros)."""
-    w = _dequant(words, z, DEQUANT, DTYPE, BLOCK_N, GROUP)
+    w = _dequant(words, z, DEQUANT, DTYPE, BLOCK_N, GROUP, ORDER)
     if DOT_FP32:  # Triton's interpreter multiplies bf16 operands wrongly; the values are the same in fp32
         d = tl.dot(w.to(tl.float32), xt.to(tl.float32), input_precision="ieee")
     else:
@@ -326,7 +365,7 @@ def _w4a16_kernel(
     M, N, K, stride_xm, stride_om, split_k,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, NW: tl.constexpr, R: tl.constexpr, SPLIT: tl.constexpr,
     HAS_BIAS: tl.constexpr, DEQUANT: tl.constexpr, PREFETCH: tl.constexpr, GPI: tl.constexpr,
-    DOT_FP32: tl.constexpr, EVEN: tl.constexpr,
+    DOT_FP32: tl.constexpr, EVEN: tl.constexpr, ORDER: tl.constexpr,
 ):  # fmt: skip
     """One block of BLOCK_N = 16 NW R columns over one split of K, GPI groups an iteration: the GPI groups'
     words are loaded together (PREFETCH: one iteration ahead, into registers), each thread reading the 16-byte
@@ -427,12 +466,12 @@ def _w4a16_kernel(
             z3, s3, x3 = _group_inputs(
                 g + 3, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN
             )
-        acc = _group(acc, c0, z0, s0, x0, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP)
+        acc = _group(acc, c0, z0, s0, x0, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER)
         if GPI >= 2:
-            acc = _group(acc, c1, z1, s1, x1, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP)
+            acc = _group(acc, c1, z1, s1, x1, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER)
         if GPI >= 4:
-            acc = _group(acc, c2, z2, s2, x2, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP)
-            acc = _group(acc, c3, z3, s3, x3, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP)
+            acc = _group(acc, c2, z2, s2, x2, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER)
+            acc = _group(acc, c3, z3, s3, x3, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER)
 
     mask = n_ok[:, None] & m_ok[None, :]
     if not SPLIT:
@@ -525,6 +564,7 @@ def _launch(
         GPI=cfg.gpi,
         DOT_FP32=INTERPRET,
         EVEN=groups % split == 0 and (groups // split) % cfg.gpi == 0,
+        ORDER=p.order,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **extra,
@@ -719,7 +759,7 @@ def tune(
         return config_for(p.n, p.k, device, p.group)
     nbytes = p.qweight.numel() * 4 + p.scales.numel() * 2 + p.zeros.numel()
     copies = [p] + [
-        PackedW4(p.qweight.clone(), p.scales.clone(), p.zeros.clone(), p.group)
+        PackedW4(p.qweight.clone(), p.scales.clone(), p.zeros.clone(), p.group, p.order)
         for _ in range(max(1, -(-ROTATE_BYTES // nbytes)) - 1)
     ]
     x = torch.randn(rows, p.k, dtype=dtype, device=device)

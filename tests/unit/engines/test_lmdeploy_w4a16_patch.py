@@ -59,8 +59,13 @@ try:
     unrepacked = None
 except RuntimeError as e:
     unrepacked = str(e)
+W.fragment_order = lambda device: W.ORDER_MMA  # as on a GPU before Hopper: the layer keeps its order
+mma = m._build_linear_w4a16(LinearW4A16BuildSpec(in_features=256, out_features=64, w_bit=4, group_size=128,
+                                                 bias=False, output_dtype=torch.float16))
+y_mma = mma.forward(x, *mma.update_weights(W.pack_awq(q), s, W.pack_awq(z), None)[:3])
 print(json.dumps({**head, "shape": list(y.shape), "dtype": str(y.dtype),
-                  "rel": ((y.float() - ref).norm() / ref.norm()).item(), "unrepacked": unrepacked}))
+                  "rel": ((y.float() - ref).norm() / ref.norm()).item(), "unrepacked": unrepacked,
+                  "mma_order_same_bits": bool(torch.equal(y, y_mma))}))
 """
 
 
@@ -85,6 +90,7 @@ def test_the_patched_engine_builds_and_runs_specqs_w4a16_linear(tree: Path, tmp_
     assert out["shape"] == [1, 3, 64] and out["dtype"] == "torch.bfloat16"  # the activations' dtype, no cast
     assert out["rel"] < 0.01
     assert "update_weights was not called" in out["unrepacked"]
+    assert out["mma_order_same_bits"]  # repacked in mma.sync's k order, run in it (the interpreter's bits)
     assert log.read_text().startswith("patched lmdeploy.pytorch.backends.cuda.awq_modules (w4a16-specq)")
 
 

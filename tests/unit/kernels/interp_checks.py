@@ -89,6 +89,18 @@ def main() -> int:
                              gpi=4 if cfg.gpi != 4 else 1, prefetch=not cfg.prefetch)  # fmt: skip
             r["same_bits_other_gpi_and_prefetch"] = bool(torch.equal(W.linear(x, p, bias, cfg=other), y))
         out[name] = r
+    # mma.sync's k order (GPUs before Hopper) relabels the same values: the interpreter gives the same bits
+    for i, (name, k, n, m, dtype, group, cfg, with_bias) in enumerate(CASES):
+        if m > W.SMALL_M:
+            continue
+        qw, qz, s, q, z = rand_awq(k, n, group, seed=i)
+        x = torch.randn(m, k, generator=torch.Generator().manual_seed(100 + i)).to(dtype)
+        bias = torch.randn(n).to(dtype) if with_bias else None
+        y = W.linear(x, W.pack(qw, qz, s, order=W.ORDER_WGMMA), bias, cfg=cfg)
+        p = W.pack(qw, qz, s, order=W.ORDER_MMA)
+        out[name]["mma_order_same_bits"] = bool(torch.equal(W.linear(x, p, bias, cfg=cfg), y)) and bool(
+            torch.equal(W.linear(x, p, bias, cfg=cfg, dequant=W.DEQUANT_PURE), y)
+        )
     x3 = torch.randn(2, 3, 256).to(torch.bfloat16)
     qw, qz, s, q, z = rand_awq(256, 64, 128, seed=9)
     y3 = W.linear(x3, W.pack(qw, qz, s))

@@ -60,6 +60,11 @@ def test_every_row_is_the_same_bits_whether_computed_alone_or_among_m_rows(inter
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if "prefill" not in c])
+def test_mma_syncs_k_order_relabels_the_same_values(interp, case: str) -> None:
+    assert interp[case]["mma_order_same_bits"]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "prefill" not in c])
 def test_groups_an_iteration_and_prefetch_change_speed_not_bits(interp, case: str) -> None:
     assert interp[case]["same_bits_other_gpi_and_prefetch"]
 
@@ -85,32 +90,42 @@ def test_awq_packing_round_trips_and_matches_autoawqs_order() -> None:
     assert int(W.pack_awq(one)[0, 0]) == 0xF << 4
 
 
-def test_repack_is_group_major_and_lossless() -> None:
+@pytest.mark.parametrize("order", [W.ORDER_WGMMA, W.ORDER_MMA], ids=["wgmma", "mma"])
+def test_repack_is_group_major_and_lossless(order: int) -> None:
     k, n, group = 512, 48, 128
     q = torch.randint(0, 16, (k, n), dtype=torch.uint8)
     z = torch.randint(0, 16, (k // group, n), dtype=torch.uint8)
     s = torch.rand(k // group, n).half()
-    p = W.pack(W.pack_awq(q), W.pack_awq(z), s)
+    p = W.pack(W.pack_awq(q), W.pack_awq(z), s, order=order)
     assert p.qweight.shape == (k // group, n, group // 8) and (p.n, p.k, p.group) == (n, k, group)
+    assert p.order == order
     assert torch.equal(p.zeros, z) and torch.equal(p.scales, s)
     ref = (q.float() - z.float().repeat_interleave(group, 0)) * s.float().repeat_interleave(group, 0)
     assert torch.equal(W.dequantize(p), ref)
 
 
 @pytest.mark.parametrize("group", [32, 128])
-def test_each_value_sits_where_its_tensor_core_fragment_wants_it(group: int) -> None:
-    # k = 16 (2 wi + tlo) + 8 h + 2 c + e of a group is read by lane c of a fragment's four (rows g and
-    # g + 8): word c * group/32 + wi of its column, nibble e * 4 + tlo * 2 + h (two values of a word, k and
-    # k + 1, become one bf16x2 register: nibbles p and p + 4)
+@pytest.mark.parametrize("order", [W.ORDER_WGMMA, W.ORDER_MMA], ids=["wgmma", "mma"])
+def test_each_value_sits_where_its_tensor_core_fragment_wants_it(group: int, order: int) -> None:
+    # lane c of a fragment's four (rows g and g + 8) reads word c * group/32 + wi of its column; nibble
+    # e * 4 + tlo * 2 + h holds k = 16 (2 wi + tlo) + 8 h + 2 c + e for wgmma (Hopper), and
+    # k = 32 wi + 8 c + 4 tlo + 2 h + e for mma.sync, whose operand holds 8 k in a row (two values of a
+    # word, k and k + 1, become one bf16x2 register: nibbles p and p + 4)
     n, wpc = 8, group // 32
     for k in range(group):
         q = torch.zeros(group, n, dtype=torch.uint8)
         q[k, 3] = 9
-        p = W.pack(W.pack_awq(q), torch.zeros(1, 1, dtype=torch.int32), torch.ones(1, n).half())
-        t, rest = divmod(k, 16)
-        h, rest = divmod(rest, 8)
-        c, e = divmod(rest, 2)
-        wi, tlo = divmod(t, 2)
+        p = W.pack(W.pack_awq(q), torch.zeros(1, 1, dtype=torch.int32), torch.ones(1, n).half(), order=order)
+        if order == W.ORDER_WGMMA:
+            t, rest = divmod(k, 16)
+            h, rest = divmod(rest, 8)
+            c, e = divmod(rest, 2)
+            wi, tlo = divmod(t, 2)
+        else:
+            wi, rest = divmod(k, 32)
+            c, rest = divmod(rest, 8)
+            tlo, rest = divmod(rest, 4)
+            h, e = divmod(rest, 2)
         words = p.qweight[0]  # [N, group/8]
         assert torch.count_nonzero(words) == 1
         assert int(words[3, c * wpc + wi]) & 0xFFFFFFFF == 9 << (4 * (e * 4 + tlo * 2 + h)), k
@@ -128,6 +143,14 @@ def test_each_value_sits_where_its_tensor_core_fragment_wants_it(group: int) -> 
 def test_shapes_the_kernel_cannot_run_are_refused(qw, qz, s, why: str) -> None:
     with pytest.raises(ValueError, match=why):
         W.pack(torch.zeros(qw, dtype=torch.int32), torch.zeros(qz, dtype=torch.int32), torch.zeros(s).half())
+
+
+def test_off_the_gpu_the_words_take_wgmmas_order() -> None:
+    assert W.fragment_order(torch.device("cpu")) == W.ORDER_WGMMA
+    p = W.pack(
+        torch.zeros(128, 8, dtype=torch.int32), torch.zeros(1, 8, dtype=torch.int32), torch.ones(1, 64).half()
+    )
+    assert p.order == W.ORDER_WGMMA
 
 
 def test_float32_activations_are_refused() -> None:

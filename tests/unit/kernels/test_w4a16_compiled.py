@@ -1,7 +1,8 @@
-"""specq's W4A16 kernel compiled for Hopper (sm_90) on the CPU with the installed Triton, its main loop read
-from the `nvdisasm` listing: the weights go from memory to the tensor cores in registers. The only
-shared-memory traffic a group is the activation tile, wgmma's B operand. Triton 3.7 once moved every weight
-word through shared memory as well (docs/w4a16.md, "Fewer instructions a group"); a Triton that lays the
+"""specq's W4A16 kernel compiled for Hopper (sm_90) and Ampere (sm_86) on the CPU with the installed Triton,
+its main loop read from the `nvdisasm` listing: the weights go from memory to the tensor cores in registers.
+The only shared-memory traffic a group is the activation tile, the B operand. Triton 3.7 once moved every
+weight word through shared memory on Hopper, and every GPU before Hopper did until the words got mma.sync's
+own k order (docs/w4a16.md, "Fewer instructions a group", "Ampere's own order"); a Triton that lays the
 words out another way fails here."""
 
 from __future__ import annotations
@@ -24,19 +25,21 @@ TYPES = dict(zip(PTRS, ("*bf16", "*i32", "*fp16", "*u8", "*bf16", "*bf16", "*fp3
 NVDISASM = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
 
 
-def main_loop_ops(gpi: int, even: bool, prefetch: bool, maxnreg: int) -> collections.Counter[str]:
+def main_loop_ops(
+    gpi: int, even: bool, prefetch: bool, maxnreg: int, arch: int = 90, order: int = W.ORDER_WGMMA
+) -> collections.Counter[str]:
     """The opcodes of the compiled kernel's longest loop (gate_up's configuration: 64 columns, 4 warps,
     split-K, the 27B's pointers and sizes marked divisible by 16 as a launch specializes them)."""
     fn = W._w4a16_kernel
     const = dict(GROUP=128, BLOCK_M=16, NW=4, R=1, SPLIT=True, HAS_BIAS=False, DEQUANT=W.DEQUANT_ASM,
-                 PREFETCH=prefetch, GPI=gpi, DOT_FP32=False, EVEN=even)  # fmt: skip
+                 PREFETCH=prefetch, GPI=gpi, DOT_FP32=False, EVEN=even, ORDER=order)  # fmt: skip
     sig = {a: TYPES.get(a, "i32") for a in fn.arg_names}
     sig.update(dict.fromkeys(const, "constexpr"))
     aligned = {*PTRS, "N", "K", "stride_xm", "stride_om"}
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a in aligned}
     kernel = triton.compile(
         ASTSource(fn, sig, constexprs=const, attrs=attrs),
-        target=GPUTarget("cuda", 90, 32),
+        target=GPUTarget("cuda", arch, 32),
         options={"num_warps": 4, "num_stages": 1, "maxnreg": maxnreg},
     )
     with tempfile.TemporaryDirectory() as tmp:
@@ -77,3 +80,15 @@ def test_the_weights_reach_the_tensor_cores_without_shared_memory(
     # a group's activation tile (128 k x 16 rows of bf16, 4 KB over 128 threads) is two 16-byte stores a
     # thread; anything more in the loop is the weights going through shared memory
     assert ops["STS"] == 2 * gpi and ops["LDS"] == 0, ops
+
+
+@pytest.mark.skipif(not NVDISASM.exists(), reason="this Triton ships no nvdisasm")
+@pytest.mark.parametrize(("gpi", "maxnreg"), [(2, 96), (4, 128)], ids=["2-groups", "4-groups"])
+def test_on_ampere_the_mma_order_keeps_the_weights_out_of_shared_memory(gpi: int, maxnreg: int) -> None:
+    ops = main_loop_ops(gpi, True, False, maxnreg, arch=86, order=W.ORDER_MMA)
+    assert ops["HMMA"] == 16 * gpi, ops  # 64 x 16 x 128 a group: 16 mma.sync m16n8k16 a warp
+    # the activation tile: two 16-byte stores a thread, and eight reads of its B fragments
+    assert ops["STS"] == 2 * gpi and ops["LDS"] == 8 * gpi, ops
+    # wgmma's order there: Triton moves the dequantized tile through shared memory (64 more stores a group)
+    other = main_loop_ops(gpi, True, False, maxnreg, arch=86, order=W.ORDER_WGMMA)
+    assert other["STS"] > 20 * gpi, other
