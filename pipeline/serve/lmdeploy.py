@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
+from .. import hardware
 from ..engines import lmdeploy_compat
 from ..engines.qwen35 import needs_compat
 from .base import MASK, ProcessEngine
@@ -27,6 +28,14 @@ W4A16_NAMES = {
     "lmdeploy": "LMDeploy's Triton AWQ kernel",
     "turbomind": "TurboMind's W4A16 GEMM (fp16)",
 }
+
+
+def attention_kernels() -> str:
+    """What LMDeploy's PyTorch engine runs attention on here: FlashAttention-3 for every layer of head dim up
+    to 256 when `flash_attn_interface` imports (a plain rate depends on it too), else its Triton kernels."""
+    if hardware.flash_attention_3() is None:
+        return "FlashAttention-3 (LMDeploy uses it where it imports, head dims up to 256)"
+    return "LMDeploy's Triton kernels (FlashAttention-3 does not import; `specq fa3 build` builds it)"
 
 
 class LMDeployEngine(ProcessEngine):
@@ -138,6 +147,8 @@ class LMDeployEngine(ProcessEngine):
             lmdeploy_compat.require("engine.w4a16_kernel = specq", lmdeploy_compat.W4A16_PATCH)
         if self.spec.w4a16_kernel:
             self.progress(f"W4A16 kernel: {W4A16_NAMES[self.spec.w4a16_kernel]}")
+        if self.spec.backend == "pytorch":  # LMDeploy takes FA3 whenever it imports, speculating or not
+            self.progress(f"attention: {attention_kernels()}")
 
     def prepare(self) -> None:
         write_fp16_copy(self.spec, self.progress)

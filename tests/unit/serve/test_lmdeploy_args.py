@@ -516,3 +516,36 @@ def test_bench_gives_every_pytorch_baseline_the_mode_and_turbomind_none(ckpts: d
     assert (
         pt[pt.index("--backend") + 1] == "pytorch" and pt[pt.index("--logprobs-mode") + 1] == "raw_logprobs"
     )
+
+
+def test_the_pytorch_engine_says_which_attention_kernels_it_will_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LMDeploy's PyTorch engine runs attention on FlashAttention-3 whenever it imports, plain decoding too
+    (a plain rate depends on it), else on its own Triton kernels: the launch says which."""
+    from specq.pipeline.serve import create_engine
+    from specq.pipeline.serve import lmdeploy as served
+
+    monkeypatch.syspath_prepend(str(_lmdeploy_site(tmp_path)))
+    monkeypatch.setattr(served, "require_lmdeploy", lambda *a, **k: None)  # its GPU checks need a GPU
+    target = _qwen35(tmp_path)
+
+    def said_at_launch(backend: str) -> list[str]:
+        cfg = SpecqConfig.model_validate(
+            {"model": {"model_path": str(target)}, "engine": {"engine": "lmdeploy", "backend": backend}}
+        )
+        said: list[str] = []
+        create_engine(ServeRequest.from_config(cfg), tmp_path / "run", said.append).preflight()
+        return [line for line in said if line.startswith("attention: ")]
+
+    assert said_at_launch("pytorch") == [
+        "attention: LMDeploy's Triton kernels (FlashAttention-3 does not import; `specq fa3 build` builds it)"
+    ]
+    fa3 = tmp_path / "fa3"
+    fa3.mkdir()
+    (fa3 / "flash_attn_interface.py").write_text("")
+    monkeypatch.syspath_prepend(str(fa3))
+    assert said_at_launch("pytorch") == [
+        "attention: FlashAttention-3 (LMDeploy uses it where it imports, head dims up to 256)"
+    ]
+    assert said_at_launch("turbomind") == []  # TurboMind has its own attention
