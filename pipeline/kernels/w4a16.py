@@ -148,10 +148,10 @@ def fragment_order(device: torch.device) -> int:
     return ORDER_WGMMA if torch.cuda.get_device_capability(device)[0] == 9 else ORDER_MMA
 
 
-def _k_axes(order: int) -> tuple[int, ...]:
-    """Where k's factors sit in the index space [G, N, c, wi, e, tlo, h] of `_to_fragments`, in k's own
-    order (most significant first): (wi, tlo, h, c, e) for wgmma, (wi, c, tlo, h, e) for mma.sync."""
-    return (3, 5, 6, 2, 4) if order == ORDER_WGMMA else (3, 2, 5, 6, 4)
+# the two orders as k's factors, most significant first, and the words' own axes (word c * g/32 + wi, nibble
+# e * 4 + tlo * 2 + h): `_to_fragments` and `_from_fragments` both read their permutations from here
+K_FACTORS = {ORDER_WGMMA: ("wi", "tlo", "h", "c", "e"), ORDER_MMA: ("wi", "c", "tlo", "h", "e")}
+WORD_AXES = ("c", "wi", "e", "tlo", "h")
 
 
 def _to_fragments(q: torch.Tensor, order: int = ORDER_WGMMA) -> torch.Tensor:
@@ -159,12 +159,10 @@ def _to_fragments(q: torch.Tensor, order: int = ORDER_WGMMA) -> torch.Tensor:
     fragment order (`ORDER_WGMMA` or `ORDER_MMA`, above)."""
     g, group, n = q.shape
     wpc = group // 32
-    if order == ORDER_WGMMA:
-        q6 = q.reshape(g, wpc, 2, 2, 4, 2, n).to(torch.int32)  # k = (wi, tlo, h, c, e)
-        q6 = q6.permute(0, 6, 4, 1, 5, 2, 3)  # [G, N, c, wi, e, tlo, h]
-    else:
-        q6 = q.reshape(g, wpc, 4, 2, 2, 2, n).to(torch.int32)  # k = (wi, c, tlo, h, e)
-        q6 = q6.permute(0, 6, 2, 1, 5, 3, 4)  # [G, N, c, wi, e, tlo, h]
+    sizes = {"c": 4, "wi": wpc, "e": 2, "tlo": 2, "h": 2}
+    k = K_FACTORS[order]
+    q6 = q.reshape(g, *(sizes[a] for a in k), n).to(torch.int32)  # [G, k's factors, N]
+    q6 = q6.permute(0, 6, *(1 + k.index(a) for a in WORD_AXES))  # [G, N, c, wi, e, tlo, h]
     q6 = q6.reshape(g, n, 4 * wpc, 8)
     out = torch.zeros((g, n, 4 * wpc), dtype=torch.int32, device=q.device)
     for i in range(8):
@@ -179,7 +177,7 @@ def _from_fragments(words: torch.Tensor, order: int = ORDER_WGMMA) -> torch.Tens
     shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=words.device)
     q = (words.unsqueeze(-1) >> shifts) & 0xF  # [G, N, c * wi, nibble]
     q = q.reshape(g, n, 4, wpc, 2, 2, 2)  # [G, N, c, wi, e, tlo, h]
-    return q.permute(0, *_k_axes(order), 1).reshape(g, kw * 8, n)  # [G, k, N]
+    return q.permute(0, *(2 + WORD_AXES.index(a) for a in K_FACTORS[order]), 1).reshape(g, kw * 8, n)
 
 
 def pack(
