@@ -24,6 +24,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -116,7 +117,7 @@ def _union(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def summarise_trace(path: Path) -> dict[str, Any]:
+def summarise_trace(path: Path, top: int = 15) -> dict[str, Any]:
     """Per-step figures from a torch-profiler Chrome trace of the engine's model agent."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as f:
@@ -142,6 +143,9 @@ def summarise_trace(path: Path) -> dict[str, Any]:
         dur = [e for e in annotations if e.get("name") in names and lo <= e["ts"] < hi]
         ranges[label] = round(sum(e.get("dur", 0) for e in dur) / 1000.0 / n_steps, 4)
     launches = sum(1 for e in events if e.get("cat") == "cuda_runtime" and lo <= e["ts"] < hi)
+    by_kernel = kernel_groups(
+        [e for e in events if e.get("cat") == "kernel" and lo <= e["ts"] < hi], n_steps, top=top
+    )
     return {
         "trace": path.name, "steps": n_steps, "step_marker": marker,
         "step_ms": round(wall_ms / n_steps, 4), "gpu_busy_ms": round(gpu_ms / n_steps, 4),
@@ -149,7 +153,30 @@ def summarise_trace(path: Path) -> dict[str, Any]:
         "kernels_per_step": round(len(in_win) / n_steps, 1),
         "runtime_calls_per_step": round(launches / n_steps, 1),
         "cpu_ranges_ms_per_step": ranges,
+        "kernels_ms_per_step": by_kernel,
     }  # fmt: skip
+
+
+def kernel_groups(kernels: list[dict[str, Any]], n_steps: int, top: int = 15) -> list[dict[str, Any]]:
+    """GPU time a step by kernel name, largest first: the `top` names, then the rest as one row. Names are
+    cut at their first '<' or '(' (templated CUDA kernels carry their whole signature)."""
+    totals: dict[str, list[float]] = {}
+    for e in kernels:
+        name = re.split(r"[<(]", e.get("name", ""), maxsplit=1)[0].strip() or e.get("name") or "?"
+        t = totals.setdefault(name, [0.0, 0])
+        t[0] += e.get("dur", 0)
+        t[1] += 1
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])
+    rows = [
+        {"kernel": n, "ms": round(d / 1000.0 / n_steps, 4), "launches": round(c / n_steps, 1)}
+        for n, (d, c) in ranked[:top]
+    ]
+    rest = ranked[top:]
+    if rest:
+        ms, launches = sum(d for _, (d, _) in rest), sum(c for _, (_, c) in rest)
+        rows.append({"kernel": f"({len(rest)} others)", "ms": round(ms / 1000.0 / n_steps, 4),
+                     "launches": round(launches / n_steps, 1)})  # fmt: skip
+    return rows
 
 
 def run_one(args: argparse.Namespace, option: str, k: int, profile: bool) -> dict[str, Any]:
@@ -263,6 +290,13 @@ def table(results: list[dict[str, Any]]) -> list[str]:
                 f"| {r['option']} | {r['k']} | {p['step_ms']:.3f} | {p['gpu_busy_ms']:.3f} | "
                 f"{p['gpu_busy_share']:.0%} | {p['kernels_per_step']} | {cells} |"
             )
+        for r in prof:
+            rows += ["", f"GPU time a step by kernel, {r['option']} k = {r['k']}:", "",
+                     "| kernel | ms a step | launches a step |", "|---|---|---|"]  # fmt: skip
+            rows += [
+                f"| `{g['kernel']}` | {g['ms']:.3f} | {g['launches']} |"
+                for g in r["profile"].get("kernels_ms_per_step", [])
+            ]
     return rows
 
 

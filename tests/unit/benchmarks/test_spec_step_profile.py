@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchmarks.scenarios.spec_step_profile import OPTIONS, parse_env_option, wait_complete
+from benchmarks.scenarios.spec_step_profile import OPTIONS, parse_env_option, summarise_trace, wait_complete
 from specq.pipeline.config.loader import env_layer
 from specq.pipeline.config.models import SpecqConfig
 
@@ -38,3 +38,39 @@ def test_a_trace_still_being_written_is_waited_for(tmp_path):
     assert wait_complete(path, 10, sleep=sleep) is True and len(sleeps) == 3
     path.write_bytes(gzip.compress(whole)[:-12])
     assert wait_complete(path, 5, sleep=lambda s: None) is False
+
+
+def _trace(tmp_path, events):
+    path = tmp_path / "trace_0.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    return path
+
+
+def test_a_trace_is_summarised_per_step_and_by_kernel(tmp_path):
+    # three sampling markers at 0, 1000, 2000 µs: two whole steps; kernels in them and one after the last
+    ev = [
+        {"ph": "X", "cat": "user_annotation", "name": "sampling_logits", "ts": t, "dur": 5}
+        for t in (0, 1000, 2000)
+    ]
+    for step in (0, 1000):
+        ev += [
+            {"ph": "X", "cat": "kernel", "name": "_w4a16_kernel", "ts": step + 10, "dur": 500},
+            {"ph": "X", "cat": "kernel", "name": "_w4a16_kernel", "ts": step + 520, "dur": 100},
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "void cutlass::Kernel<Gemm, 3>(Params)",
+                "ts": step + 700,
+                "dur": 200,
+            },
+        ]
+    ev.append({"ph": "X", "cat": "kernel", "name": "late", "ts": 2500, "dur": 50})
+    s = summarise_trace(_trace(tmp_path, ev), top=1)
+    assert s["steps"] == 2 and s["step_ms"] == 1.0
+    assert s["gpu_busy_ms"] == 0.8 and s["kernels_per_step"] == 3.0
+    assert s["kernels_ms_per_step"] == [
+        {"kernel": "_w4a16_kernel", "ms": 0.6, "launches": 2.0},
+        {"kernel": "(1 others)", "ms": 0.2, "launches": 1.0},
+    ]
+    full = summarise_trace(_trace(tmp_path, ev))["kernels_ms_per_step"]
+    assert [g["kernel"] for g in full] == ["_w4a16_kernel", "void cutlass::Kernel"]
