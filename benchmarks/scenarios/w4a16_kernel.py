@@ -55,6 +55,13 @@ SHAPES: dict[str, tuple[int, int, int]] = {
     "in_proj_z": (6144, 5120, 48),
     "out_proj/o_proj": (5120, 6144, 64),
     "qkv_proj": (14336, 5120, 16),
+    "in_proj_qkvz": (16384, 5120, 48),  # in_proj_qkv and in_proj_z as one linear (specq's w4a16-specq patch)
+}
+# a step's linears as specq serves a dense Qwen3.5 on one GPU (the Gated DeltaNet's in_proj_qkv and in_proj_z
+# as one linear) and as stock LMDeploy builds them (two)
+STEPS: dict[str, tuple[str, ...]] = {
+    "fused": ("gate_up", "down", "in_proj_qkvz", "out_proj/o_proj", "qkv_proj"),
+    "separate": ("gate_up", "down", "in_proj_qkv", "in_proj_z", "out_proj/o_proj", "qkv_proj"),
 }
 GROUP = 128
 ROTATE_BYTES = 256 << 20
@@ -353,13 +360,25 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def step_totals(shapes: dict[str, Any], kern: str, rows: list[int]) -> dict[str, dict[int, float]]:
+    """µs a step's linears take with `kern`, for each layout of STEPS whose every shape was timed at every row
+    (shapes × their count per step)."""
+    out = {}
+    for label, names in STEPS.items():
+        timed = [shapes[n]["us"].get(kern, {}) for n in names if n in shapes]
+        if len(timed) == len(names) and all(us.get(str(m)) for us in timed for m in rows):
+            out[label] = {
+                m: sum(shapes[n]["us"][kern][str(m)] * shapes[n]["per_step"] for n in names) for m in rows
+            }
+    return out
+
+
 def tables(result: dict[str, Any], rows: list[int], kernels: list[str]) -> str:
     lines = [f"# W4A16 at Qwen3.5-27B's shapes ({result['gpu']}, {result['date']}, {result['dtype']})", ""]
     lines.append(
         "| shape (N×K) | kernel | " + " | ".join(f"M={m} µs" for m in rows) + " | TB/s M=1 | TB/s M=16 |"
     )
     lines.append("|---|---|" + "---|" * (len(rows) + 2))
-    step: dict[str, dict[int, float]] = {k: {m: 0.0 for m in rows} for k in kernels}
     for name, e in result["shapes"].items():
         for kern, us in e["us"].items():
             cells = [us.get(str(m)) for m in rows]
@@ -376,18 +395,17 @@ def tables(result: dict[str, Any], rows: list[int], kernels: list[str]) -> str:
                 + " | ".join(f"{b:.2f}" if b else "–" for b in bw)
                 + " |"
             )
-            for m in rows:
-                if us.get(str(m)):
-                    step[kern][m] += us[str(m)] * e["per_step"]
     lines += [
         "",
-        "Whole step's 4-bit linears (shapes × their count per step), ms:",
+        "Whole step's 4-bit linears (shapes × their count per step), ms; fused: in_proj_qkv and in_proj_z as "
+        "one linear, as specq serves a dense Qwen3.5 on one GPU; separate: as stock LMDeploy builds them:",
         "",
-        "| kernel | " + " | ".join(f"M={m}" for m in rows) + " |",
-        "|---|" + "---|" * len(rows),
+        "| kernel | step | " + " | ".join(f"M={m}" for m in rows) + " |",
+        "|---|---|" + "---|" * len(rows),
     ]
     for kern in kernels:
-        lines.append(f"| {kern} | " + " | ".join(f"{step[kern][m] / 1e3:.2f}" for m in rows) + " |")
+        for label, totals in step_totals(result["shapes"], kern, rows).items():
+            lines.append(f"| {kern} | {label} | " + " | ".join(f"{totals[m] / 1e3:.2f}" for m in rows) + " |")
     lines += ["", "Checks (specq):", ""]
     for name, e in result["shapes"].items():
         lines.append(f"- {name}: {e.get('checks')}")

@@ -1,0 +1,33 @@
+"""benchmarks/scenarios/w4a16_kernel.py's step totals: a step's linears summed over the shapes of each layout
+(in_proj_qkv and in_proj_z fused, as specq serves a dense Qwen3.5, or separate), from recorded timings."""
+
+from __future__ import annotations
+
+from benchmarks.scenarios import w4a16_kernel as B
+
+
+def _shapes(us_by_name: dict[str, dict[str, float]]) -> dict:
+    return {
+        name: {"n": B.SHAPES[name][0], "k": B.SHAPES[name][1], "per_step": B.SHAPES[name][2],
+               "bytes": B.awq_bytes(*B.SHAPES[name][:2]), "us": {"specq": us}}
+        for name, us in us_by_name.items()
+    }  # fmt: skip
+
+
+def test_each_layout_sums_its_own_shapes_and_only_when_all_were_timed():
+    us = {name: {"1": 10.0, "16": 20.0} for name in B.SHAPES}
+    us["in_proj_qkvz"] = {"1": 19.0, "16": 30.0}
+    totals = B.step_totals(_shapes(us), "specq", [1, 16])
+    # fused: 64 + 64 + 48 (qkvz) + 64 + 16 launches; separate: 48 + 48 in place of the 48 fused ones
+    assert totals["fused"] == {1: 208 * 10.0 + 48 * 19.0, 16: 208 * 20.0 + 48 * 30.0}
+    assert totals["separate"] == {1: 304 * 10.0, 16: 304 * 20.0}
+    del us["in_proj_qkvz"]
+    assert set(B.step_totals(_shapes(us), "specq", [1, 16])) == {"separate"}
+    us["down"] = {"1": 10.0}  # M = 16 not timed: no total at all
+    assert B.step_totals(_shapes(us), "specq", [1, 16]) == {}
+
+
+def test_the_table_prints_both_layouts():
+    us = {name: {"1": 10.0} for name in B.SHAPES}
+    md = B.tables({"gpu": "G", "date": "D", "dtype": "bfloat16", "shapes": _shapes(us)}, [1], ["specq"])
+    assert "| specq | fused | 2.56 |" in md and "| specq | separate | 3.04 |" in md
