@@ -92,7 +92,7 @@ PATCHES = {
             ),
             "lmdeploy/pytorch/models/qwen3_5.py": (
                 "7248df2de93fb44ffce7570a7b5d174b7fb2df007bc545774ef4611eef583657",
-                "49b25a19fb726ae4a58074253bd1402676497873f2ce097083f402bc599c4e35",
+                "94de520f0279ee256c9765f1407f80956206c622f9303950fa1fb849262b72d3",
             ),
         },
     ),

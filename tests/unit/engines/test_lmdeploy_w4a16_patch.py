@@ -42,7 +42,7 @@ def test_a_dense_qwen35_runs_in_proj_qkv_and_z_as_one_linear_on_one_gpu() -> Non
     assert "fuse_qkvz: bool = False" in gdn
     assert "self.fuse_qkvz = fuse_qkvz and get_tp_world_rank()[0] == 1" in gdn
     fused = gdn[gdn.index("if self.fuse_qkvz:") : gdn.index("else:")]
-    assert "build_merged_colwise_linear" in fused and "out_names=['qkv', 'z']" in fused
+    assert "build_merged_colwise_linear" in fused and "[projection_size_qkv, self.value_dim]" in fused
     assert "quant_config=quantization_config" in fused  # quantized like the two it replaces
     forward = gdn[gdn.index("def forward") :]
     assert (
@@ -52,10 +52,11 @@ def test_a_dense_qwen35_runs_in_proj_qkv_and_z_as_one_linear_on_one_gpu() -> Non
     # the dense decoder layer asks for it; Qwen3.5-MoE and the other models build their own layers, unfused
     layer = new[new.index("class Qwen3_5DecoderLayer") : new.index("class Qwen3_5TextModel")]
     assert layer.count("fuse_qkvz=True") == 1
-    # the checkpoint's two tensors load into the fused linear's shards, only where the model has it
+    # the checkpoint's two tensors load into the fused linear's shards 0 and 1 (LMDeploy's merged AWQ linear
+    # takes no shard names), only where the model has it (on LMDeploy's code: test_qwen35_fused_in_proj.py)
     load = new[new.index("    def load_weights") :]
-    assert "name.replace('.in_proj_qkv.', '.in_proj_qkvz.'), 'qkv'" in load
-    assert "name.replace('.in_proj_z.', '.in_proj_qkvz.'), 'z'" in load
+    assert "name.replace('.in_proj_qkv.', '.in_proj_qkvz.'), 0" in load
+    assert "name.replace('.in_proj_z.', '.in_proj_qkvz.'), 1" in load
     assert "fused_name in params_dict" in load
     assert load.index("fused_name in params_dict") < load.index("for (param_name, weight_name, shard_id)")
 
