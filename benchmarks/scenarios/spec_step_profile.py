@@ -10,7 +10,8 @@ the option sets named by --profile, keeps sending the same requests until LMDepl
 LMDEPLOY_PROFILE_DURATION seconds) has written its Chrome trace, which is then summarised per decode step:
 wall time, GPU busy time (union of kernel intervals), and the CPU time inside each of LMDeploy's own
 `record_function` ranges (target forward, drafter forward, rejection sampling, scheduling, input building,
-sampling, copies). DIR/summary.json holds every figure; DIR/steps.md the tables. Needs a CUDA machine with
+sampling, copies), and the GPU time a step of each kernel name (the 15 largest, the rest as one row).
+DIR/summary.json holds every figure; DIR/steps.md the tables. Needs a CUDA machine with
 LMDeploy (and FlashAttention-3 for k > 0).
 
 Option sets: default (CUDA graphs, --max-batch-size 1: specq's defaults), eager (--eager-mode: no graphs),
