@@ -195,9 +195,11 @@ def run_one(args: argparse.Namespace, option: str, k: int, profile: bool) -> dic
             LMDEPLOY_PROFILE_DURATION=str(args.profile_duration), LMDEPLOY_PROFILE_USE_GZIP="1",
             LMDEPLOY_PROFILE_OUT_PREFIX=str(prof_dir / "trace_"),
         )  # fmt: skip
+    # the server's own log (LMDeploy's output, compat.log) kept beside the results
     cmd = specq(
-        "serve", str(args.target), "--engine", "lmdeploy", "--backend", "pytorch", "--port", str(port)
-    )
+        "serve", str(args.target), "--engine", "lmdeploy", "--backend", "pytorch", "--port", str(port),
+        "--run-dir", str(args.out / f"run-{name}"),
+    )  # fmt: skip
     cmd += flags
     if k > 0:
         cmd += ["--draft-model", str(args.draft_model), "--method", "dflash", "--draft-tokens", str(k)]
@@ -209,7 +211,7 @@ def run_one(args: argparse.Namespace, option: str, k: int, profile: bool) -> dic
     server.start()
     res: dict[str, Any] = {"option": option, "k": k, "cmd": cmd[3:]}
     try:
-        server.wait_ready(f"{url}/v1/models", timeout_s=240.0)
+        server.wait_ready(f"{url}/v1/models", timeout_s=args.ready_timeout)
         res["ready_s"] = round(time.perf_counter() - t_launch, 1)
         bench = subprocess.run(
             specq("bench", str(args.target), "--url", url, "--draft-tokens", str(k), "--suite", "code",
@@ -312,6 +314,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument(
+        "--ready-timeout", type=float, default=600.0,
+        help="seconds a server may take to answer (a first start on a fresh machine compiles kernels)",
+    )  # fmt: skip
     ap.add_argument("--profile-delay", type=int, default=40)
     ap.add_argument("--profile-duration", type=int, default=2)
     ap.add_argument("--trace", type=Path, help="only summarise this trace file and exit")
