@@ -1,5 +1,5 @@
 """benchmarks/scenarios/w4a16_kernel.py's step totals: a step's linears summed over the shapes of each layout
-(in_proj_qkv and in_proj_z fused, as specq serves a dense Qwen3.5, or separate), from recorded timings."""
+(in_proj_qkv and in_proj_z apart, as LMDeploy builds them, or as one linear), from recorded timings."""
 
 from __future__ import annotations
 
