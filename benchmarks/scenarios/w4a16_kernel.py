@@ -55,11 +55,8 @@ SHAPES: dict[str, tuple[int, int, int]] = {
     "in_proj_z": (6144, 5120, 48),
     "out_proj/o_proj": (5120, 6144, 64),
     "qkv_proj": (14336, 5120, 16),
-    "in_proj_qkvz": (
-        16384,
-        5120,
-        48,
-    ),  # in_proj_qkv and in_proj_z as one linear: not how LMDeploy builds them
+    # in_proj_qkv and in_proj_z as one linear (the same input): not how LMDeploy builds them
+    "in_proj_qkvz": (16384, 5120, 48),
 }
 # a step's linears as LMDeploy 0.18 builds a dense Qwen3.5 (the Gated DeltaNet's in_proj_qkv and in_proj_z
 # apart), and what the step would take with those two as one linear (one launch a layer fewer)
