@@ -366,11 +366,9 @@ def step_totals(shapes: dict[str, Any], kern: str, rows: list[int]) -> dict[str,
     (shapes × their count per step)."""
     out = {}
     for label, names in STEPS.items():
-        timed = [shapes[n]["us"].get(kern, {}) for n in names if n in shapes]
-        if len(timed) == len(names) and all(us.get(str(m)) for us in timed for m in rows):
-            out[label] = {
-                m: sum(shapes[n]["us"][kern][str(m)] * shapes[n]["per_step"] for n in names) for m in rows
-            }
+        timed = [(shapes[n]["us"].get(kern, {}), shapes[n]["per_step"]) for n in names if n in shapes]
+        if len(timed) == len(names) and all(us.get(str(m)) for us, _ in timed for m in rows):
+            out[label] = {m: sum(us[str(m)] * per_step for us, per_step in timed) for m in rows}
     return out
 
 
