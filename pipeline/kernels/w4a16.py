@@ -65,15 +65,17 @@ class Config:
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 1
-    prefetch: bool = True
+    prefetch: int = 1  # the next iteration's inputs loaded ahead: 0 none, 1 its words, 2 and its zero
+    # points and scales, 3 and its activations (True / False as 1 / 0)
     gpi: int = 2  # groups an iteration: 1, 2 or 4
     maxnreg: int = (
         0  # registers a thread at most (0: the compiler's choice); fewer let more blocks share an SM
     )
 
     def __post_init__(self) -> None:
-        if self.block_n % (16 * self.num_warps) or self.gpi not in (1, 2, 4):
-            raise ValueError(f"block_n must be a multiple of 16 num_warps and gpi 1, 2 or 4: {self}")
+        if self.block_n % (16 * self.num_warps) or self.gpi not in (1, 2, 4) or self.prefetch not in range(4):
+            raise ValueError(f"need block_n a multiple of 16 num_warps, gpi 1, 2 or 4, prefetch 0-3: {self}")
+        object.__setattr__(self, "prefetch", int(self.prefetch))
         if self.maxnreg and not 24 <= self.maxnreg <= 255:
             raise ValueError(f"maxnreg must be 0 or 24..255: {self}")
 
@@ -328,21 +330,63 @@ def _wload(ptrs, mask, LIVE: tl.constexpr, NW: tl.constexpr, R: tl.constexpr, WP
 
 
 @triton.jit
+def _xload(g, g_end, x_ptrs, offs_k, GROUP: tl.constexpr, EVEN: tl.constexpr):
+    """Group g's activations, [GROUP, BLOCK_M]; a group at or past g_end reads zeros (EVEN: none is)."""
+    if EVEN:
+        return tl.load(x_ptrs + g * GROUP)
+    live_k = (offs_k * 0 + g) < g_end
+    return tl.load(x_ptrs + g * GROUP, mask=live_k[:, None], other=0.0)
+
+
+@triton.jit
 def _group_inputs(g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP: tl.constexpr,
-                  EVEN: tl.constexpr):  # fmt: skip
-    """Group g's zero points (for the words' rows `frow`), scales and activations; a group at or past g_end
-    reads zeros. EVEN: every group of every iteration is live, so no masks (fewer instructions a group)."""
+                  EVEN: tl.constexpr, WITH_X: tl.constexpr = True):  # fmt: skip
+    """Group g's zero points (for the words' rows `frow`), scales and (WITH_X; else 0) activations; a group
+    at or past g_end reads zeros. EVEN: every group of every iteration is live, so no masks (fewer
+    instructions a group)."""
     if EVEN:
         z = tl.load(z_ptr + g * N + frow).to(tl.int32)
         s = tl.load(s_ptr + g * N + offs_nc).to(tl.float32)
-        return z, s, tl.load(x_ptrs + g * GROUP)
-    live_z = (frow * 0 + g) < g_end
-    z = tl.load(z_ptr + g * N + frow, mask=live_z, other=0).to(tl.int32)
-    live_n = (offs_nc * 0 + g) < g_end
-    s = tl.load(s_ptr + g * N + offs_nc, mask=live_n, other=0.0).to(tl.float32)
-    live_k = (offs_k * 0 + g) < g_end
-    xt = tl.load(x_ptrs + g * GROUP, mask=live_k[:, None], other=0.0)  # [GROUP, BLOCK_M]
+    else:
+        live_z = (frow * 0 + g) < g_end
+        z = tl.load(z_ptr + g * N + frow, mask=live_z, other=0).to(tl.int32)
+        live_n = (offs_nc * 0 + g) < g_end
+        s = tl.load(s_ptr + g * N + offs_nc, mask=live_n, other=0.0).to(tl.float32)
+    xt = 0
+    if WITH_X:
+        xt = _xload(g, g_end, x_ptrs, offs_k, GROUP, EVEN)
     return z, s, xt
+
+
+@triton.jit
+def _iteration(g, g_end, w_ptrs, gstride, zero_w, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k,
+               GROUP: tl.constexpr, GPI: tl.constexpr, LIVE: tl.constexpr, WITH_X: tl.constexpr,
+               NW: tl.constexpr, R: tl.constexpr, WPC: tl.constexpr):  # fmt: skip
+    """The inputs of the GPI groups from g (words, then zero points, scales and, WITH_X, activations of each
+    group; groups past GPI repeat the first), for a prefetch of the next iteration. LIVE: no masks."""
+    w0 = _wload(w_ptrs + g * gstride, (zero_w + g) < g_end, LIVE, NW, R, WPC)
+    w1, w2, w3 = w0, w0, w0
+    if GPI >= 2:
+        w1 = _wload(w_ptrs + (g + 1) * gstride, (zero_w + g + 1) < g_end, LIVE, NW, R, WPC)
+    if GPI >= 4:
+        w2 = _wload(w_ptrs + (g + 2) * gstride, (zero_w + g + 2) < g_end, LIVE, NW, R, WPC)
+        w3 = _wload(w_ptrs + (g + 3) * gstride, (zero_w + g + 3) < g_end, LIVE, NW, R, WPC)
+    z0, s0, x0 = _group_inputs(g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, LIVE, WITH_X)
+    z1, s1, x1 = z0, s0, x0
+    z2, s2, x2 = z0, s0, x0
+    z3, s3, x3 = z0, s0, x0
+    if GPI >= 2:
+        z1, s1, x1 = _group_inputs(
+            g + 1, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, LIVE, WITH_X
+        )
+    if GPI >= 4:
+        z2, s2, x2 = _group_inputs(
+            g + 2, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, LIVE, WITH_X
+        )
+        z3, s3, x3 = _group_inputs(
+            g + 3, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, LIVE, WITH_X
+        )
+    return w0, w1, w2, w3, z0, s0, x0, z1, s1, x1, z2, s2, x2, z3, s3, x3
 
 
 @triton.jit
@@ -415,7 +459,11 @@ def _w4a16_kernel(
     # rows past M read row M - 1 (no mask): a row's sums never mix with another's, and theirs are not stored
     x_ptrs = x_ptr + tl.minimum(offs_m, M - 1)[None, :] * stride_xm + offs_k[:, None]
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    if PREFETCH:
+    if PREFETCH >= 2:  # the next iteration's words, zero points and scales (3: and activations)
+        n0, n1, n2, n3, nz0, ns0, nx0, nz1, ns1, nx1, nz2, ns2, nx2, nz3, ns3, nx3 = _iteration(
+            g_begin, g_end, w_ptrs, gstride, zero_w, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k,
+            GROUP, GPI, EVEN, PREFETCH == 3, NW, R, WPC)  # fmt: skip
+    elif PREFETCH:
         n0 = _wload(w_ptrs + g_begin * gstride, (zero_w + g_begin) < g_end, EVEN, NW, R, WPC)
         n1 = n0
         n2 = n0
@@ -426,44 +474,59 @@ def _w4a16_kernel(
             n2 = _wload(w_ptrs + (g_begin + 2) * gstride, (zero_w + g_begin + 2) < g_end, EVEN, NW, R, WPC)
             n3 = _wload(w_ptrs + (g_begin + 3) * gstride, (zero_w + g_begin + 3) < g_end, EVEN, NW, R, WPC)
     for g in range(g_begin, g_end, GPI):
-        if PREFETCH:
-            c0 = n0
-            c1 = n1
-            c2 = n2
-            c3 = n3
-            gn = g + GPI
-            n0 = _wload(w_ptrs + gn * gstride, (zero_w + gn) < g_end, False, NW, R, WPC)
-            if GPI >= 2:
-                n1 = _wload(w_ptrs + (gn + 1) * gstride, (zero_w + gn + 1) < g_end, False, NW, R, WPC)
-            if GPI >= 4:
-                n2 = _wload(w_ptrs + (gn + 2) * gstride, (zero_w + gn + 2) < g_end, False, NW, R, WPC)
-                n3 = _wload(w_ptrs + (gn + 3) * gstride, (zero_w + gn + 3) < g_end, False, NW, R, WPC)
+        if PREFETCH >= 2:
+            c0, c1, c2, c3 = n0, n1, n2, n3
+            z0, s0, x0, z1, s1, x1 = nz0, ns0, nx0, nz1, ns1, nx1
+            z2, s2, x2, z3, s3, x3 = nz2, ns2, nx2, nz3, ns3, nx3
+            if PREFETCH == 2:  # the activations (from the L2, not memory) are asked for now
+                x0 = _xload(g, g_end, x_ptrs, offs_k, GROUP, EVEN)
+                if GPI >= 2:
+                    x1 = _xload(g + 1, g_end, x_ptrs, offs_k, GROUP, EVEN)
+                if GPI >= 4:
+                    x2 = _xload(g + 2, g_end, x_ptrs, offs_k, GROUP, EVEN)
+                    x3 = _xload(g + 3, g_end, x_ptrs, offs_k, GROUP, EVEN)
+            n0, n1, n2, n3, nz0, ns0, nx0, nz1, ns1, nx1, nz2, ns2, nx2, nz3, ns3, nx3 = _iteration(
+                g + GPI, g_end, w_ptrs, gstride, zero_w, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k,
+                GROUP, GPI, False, PREFETCH == 3, NW, R, WPC)  # fmt: skip
         else:
-            c0 = _wload(w_ptrs + g * gstride, (zero_w + g) < g_end, EVEN, NW, R, WPC)
-            c1 = c0
-            c2 = c0
-            c3 = c0
+            if PREFETCH:
+                c0 = n0
+                c1 = n1
+                c2 = n2
+                c3 = n3
+                gn = g + GPI
+                n0 = _wload(w_ptrs + gn * gstride, (zero_w + gn) < g_end, False, NW, R, WPC)
+                if GPI >= 2:
+                    n1 = _wload(w_ptrs + (gn + 1) * gstride, (zero_w + gn + 1) < g_end, False, NW, R, WPC)
+                if GPI >= 4:
+                    n2 = _wload(w_ptrs + (gn + 2) * gstride, (zero_w + gn + 2) < g_end, False, NW, R, WPC)
+                    n3 = _wload(w_ptrs + (gn + 3) * gstride, (zero_w + gn + 3) < g_end, False, NW, R, WPC)
+            else:
+                c0 = _wload(w_ptrs + g * gstride, (zero_w + g) < g_end, EVEN, NW, R, WPC)
+                c1 = c0
+                c2 = c0
+                c3 = c0
+                if GPI >= 2:
+                    c1 = _wload(w_ptrs + (g + 1) * gstride, (zero_w + g + 1) < g_end, EVEN, NW, R, WPC)
+                if GPI >= 4:
+                    c2 = _wload(w_ptrs + (g + 2) * gstride, (zero_w + g + 2) < g_end, EVEN, NW, R, WPC)
+                    c3 = _wload(w_ptrs + (g + 3) * gstride, (zero_w + g + 3) < g_end, EVEN, NW, R, WPC)
+            # every input of the iteration's groups is asked for before the first group is computed
+            z0, s0, x0 = _group_inputs(g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN)
+            z1, s1, x1 = z0, s0, x0
+            z2, s2, x2 = z0, s0, x0
+            z3, s3, x3 = z0, s0, x0
             if GPI >= 2:
-                c1 = _wload(w_ptrs + (g + 1) * gstride, (zero_w + g + 1) < g_end, EVEN, NW, R, WPC)
+                z1, s1, x1 = _group_inputs(
+                    g + 1, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN
+                )
             if GPI >= 4:
-                c2 = _wload(w_ptrs + (g + 2) * gstride, (zero_w + g + 2) < g_end, EVEN, NW, R, WPC)
-                c3 = _wload(w_ptrs + (g + 3) * gstride, (zero_w + g + 3) < g_end, EVEN, NW, R, WPC)
-        # every input of the iteration's groups is asked for before the first group is computed
-        z0, s0, x0 = _group_inputs(g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN)
-        z1, s1, x1 = z0, s0, x0
-        z2, s2, x2 = z0, s0, x0
-        z3, s3, x3 = z0, s0, x0
-        if GPI >= 2:
-            z1, s1, x1 = _group_inputs(
-                g + 1, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN
-            )
-        if GPI >= 4:
-            z2, s2, x2 = _group_inputs(
-                g + 2, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN
-            )
-            z3, s3, x3 = _group_inputs(
-                g + 3, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN
-            )
+                z2, s2, x2 = _group_inputs(
+                    g + 2, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN
+                )
+                z3, s3, x3 = _group_inputs(
+                    g + 3, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN
+                )
         acc = _group(acc, c0, z0, s0, x0, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER)
         if GPI >= 2:
             acc = _group(acc, c1, z1, s1, x1, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER)
@@ -601,26 +664,30 @@ def linear(
 # --- choosing a configuration ---
 
 # a block's registers bound how many blocks share a multiprocessor, and so how many bytes of weights are in
-# flight: 64 columns and 4 warps with 2 groups an iteration take 117 registers a thread (4 blocks an SM),
-# capped at 96 they take 5 without spilling (Triton 3.6, sm_90, read from the compiled code); caps that spill
-# a few bytes are candidates too, for the timing to judge
-REG_CAPS = {(False, 2): (96, 80), (False, 4): (128,), (True, 2): (96, 128)}  # (prefetch, gpi) -> maxnreg
+# flight: 64 columns and 4 warps with 2 groups an iteration take 96 registers a thread (5 blocks an SM); one
+# group an iteration with the next one's words, zero points and scales loaded ahead (prefetch 2) takes 80 (6
+# blocks), without prefetching 72 (7 blocks) (Triton 3.6-3.9, sm_90, read from the compiled code); caps that
+# spill a few bytes are candidates too, for the timing to judge
+REG_CAPS = {  # (prefetch, gpi) -> maxnreg
+    (0, 2): (96, 80), (0, 4): (128,), (1, 2): (96, 128),
+    (0, 1): (72,), (1, 1): (80,), (2, 1): (80,), (3, 1): (88,), (2, 2): (128,),
+}  # fmt: skip
 CANDIDATES = tuple(
     Config(block_n=bn, split_k=sk, num_warps=w, num_stages=st, prefetch=pf, gpi=gpi, maxnreg=r)
     for bn, w in ((64, 4), (128, 4), (128, 8), (256, 8))
     for st, pf, gpi, r in (
-        *((1, pf, gpi, 0) for pf in (True, False) for gpi in (2, 4)),  # groups in flight in registers
+        *((1, pf, gpi, 0) for pf in (1, 0) for gpi in (2, 4)),  # groups in flight in registers
         *((1, pf, gpi, r) for (pf, gpi), caps in REG_CAPS.items() for r in caps if bn == 64 and w == 4),
-        *((st, False, gpi, 0) for st in (3, 4) for gpi in (1, 2)),  # or through Triton's pipeliner (cp.async)
+        *((st, 0, gpi, 0) for st in (3, 4) for gpi in (1, 2)),  # or through Triton's pipeliner (cp.async)
     )
     for sk in (1, 2, 4, 8, 16)
 )
-# what a shape the shipped table lacks is tuned over when a model loads, and the benchmark's quick search: the
-# family every shape chose on the H100 and the H200 (64 columns, 4 warps, groups in flight in registers, with
-# and without a register cap)
-QUICK_CANDIDATES = LOAD_CANDIDATES = tuple(
-    c for c in CANDIDATES if c.block_n == 64 and c.num_warps == 4 and c.num_stages == 1
-)
+# the benchmark's quick search: 64 columns, 4 warps, groups in flight in registers (the family every shape
+# chose on the H100 and the H200), with and without a register cap
+QUICK_CANDIDATES = tuple(c for c in CANDIDATES if c.block_n == 64 and c.num_warps == 4 and c.num_stages == 1)
+# what a shape the shipped table lacks is tuned over when a model loads: the quick search less the one-group
+# and full-prefetch families (not yet timed on a GPU)
+LOAD_CANDIDATES = tuple(c for c in QUICK_CANDIDATES if c.gpi > 1 and c.prefetch < 2)
 _lock = threading.Lock()
 _chosen: dict[str, Config] = {}
 

@@ -85,9 +85,20 @@ def main() -> int:
             r["m_invariant"] = all(
                 bool(torch.equal(W.linear(x[:j], p, bias, cfg=cfg), y[:j])) for j in range(1, m + 1)
             ) and all(bool(torch.equal(W.linear(x[j : j + 1], p, bias, cfg=cfg)[0], y[j])) for j in range(m))
-            other = W.Config(block_n=cfg.block_n, split_k=cfg.split_k, num_warps=cfg.num_warps,
-                             gpi=4 if cfg.gpi != 4 else 1, prefetch=not cfg.prefetch)  # fmt: skip
-            r["same_bits_other_gpi_and_prefetch"] = bool(torch.equal(W.linear(x, p, bias, cfg=other), y))
+            others = [  # every prefetch level (0: none .. 3: every input), with other groups an iteration
+                W.Config(
+                    block_n=cfg.block_n,
+                    split_k=cfg.split_k,
+                    num_warps=cfg.num_warps,
+                    gpi=(1, 2, 4)[(pf + (cfg.gpi == 1)) % 3],
+                    prefetch=pf,
+                )  # fmt: skip
+                for pf in range(4)
+                if pf != cfg.prefetch
+            ]
+            r["same_bits_other_gpi_and_prefetch"] = all(
+                bool(torch.equal(W.linear(x, p, bias, cfg=other), y)) for other in others
+            )
         out[name] = r
     # mma.sync's k order (GPUs before Hopper) relabels the same values: the interpreter gives the same bits
     for i, (name, k, n, m, dtype, group, cfg, with_bias) in enumerate(CASES):

@@ -196,3 +196,12 @@ def test_a_configuration_whose_block_is_not_whole_warps_is_refused() -> None:
         W.Config(gpi=3)
     with pytest.raises(ValueError, match="maxnreg"):
         W.Config(maxnreg=512)
+    with pytest.raises(ValueError, match="prefetch 0-3"):
+        W.Config(prefetch=4)
+
+
+def test_a_cached_boolean_prefetch_reads_as_its_level() -> None:
+    # tables written before the prefetch levels hold true / false: the words only, or nothing
+    assert W.Config(prefetch=True) == W.Config(prefetch=1)
+    assert W.Config(prefetch=True).key().endswith("-p1-g2")
+    assert W.Config(prefetch=False).prefetch == 0
