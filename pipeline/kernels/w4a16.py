@@ -685,9 +685,13 @@ CANDIDATES = tuple(
 # the benchmark's quick search: 64 columns, 4 warps, groups in flight in registers (the family every shape
 # chose on the H100 and the H200), with and without a register cap
 QUICK_CANDIDATES = tuple(c for c in CANDIDATES if c.block_n == 64 and c.num_warps == 4 and c.num_stages == 1)
-# what a shape the shipped table lacks is tuned over when a model loads: the quick search less the one-group
-# and full-prefetch families (not yet timed on a GPU)
-LOAD_CANDIDATES = tuple(c for c in QUICK_CANDIDATES if c.gpi > 1 and c.prefetch < 2)
+# what a shape the shipped table lacks is tuned over when a model loads: the quick search less the three
+# one-group families with a prefetch, which no shape chose on the H100 (2026-12-07); one group capped at 72
+# registers (qkv_proj's choice) and two groups with prefetch level 2 (in_proj_z's) are in
+LOAD_FAMILIES = {(0, 2), (0, 4), (1, 2), (1, 4), (0, 1, 72), (2, 2, 128)}  # (prefetch, gpi[, maxnreg])
+LOAD_CANDIDATES = tuple(
+    c for c in QUICK_CANDIDATES if {(c.prefetch, c.gpi), (c.prefetch, c.gpi, c.maxnreg)} & LOAD_FAMILIES
+)
 _lock = threading.Lock()
 _chosen: dict[str, Config] = {}
 
