@@ -31,10 +31,13 @@ W4A16_NAMES = {
 
 
 def attention_kernels() -> str:
-    """What LMDeploy's PyTorch engine runs attention on here: FlashAttention-3 for every layer of head dim up
-    to 256 when `flash_attn_interface` imports (a plain rate depends on it too), else its Triton kernels."""
+    """What LMDeploy's PyTorch engine runs attention on here. Where `flash_attn_interface` imports, LMDeploy
+    0.18 takes its FA3 path for head dims up to 256, which runs FA3 for prefill and for verify steps of
+    several tokens, and its own Triton paged attention for one-token decode steps
+    (`backends/cuda/attention/fa3.py`; a profiled plain step shows only the Triton kernels). Else every step
+    runs LMDeploy's Triton kernels."""
     if hardware.flash_attention_3() is None:
-        return "FlashAttention-3 (LMDeploy uses it where it imports, head dims up to 256)"
+        return "FlashAttention-3 for prefill and verify steps, Triton paged attention for one-token steps"
     return "LMDeploy's Triton kernels (FlashAttention-3 does not import; `specq fa3 build` builds it)"
 
 

@@ -546,6 +546,6 @@ def test_the_pytorch_engine_says_which_attention_kernels_it_will_run(
     (fa3 / "flash_attn_interface.py").write_text("")
     monkeypatch.syspath_prepend(str(fa3))
     assert said_at_launch("pytorch") == [
-        "attention: FlashAttention-3 (LMDeploy uses it where it imports, head dims up to 256)"
+        "attention: FlashAttention-3 for prefill and verify steps, Triton paged attention for one-token steps"
     ]
     assert said_at_launch("turbomind") == []  # TurboMind has its own attention
