@@ -330,17 +330,22 @@ def _wload(ptrs, mask, LIVE: tl.constexpr, NW: tl.constexpr, R: tl.constexpr, WP
 
 
 @triton.jit
-def _xload(g, g_end, x_ptrs, offs_k, GROUP: tl.constexpr, EVEN: tl.constexpr):
-    """Group g's activations, [GROUP, BLOCK_M]; a group at or past g_end reads zeros (EVEN: none is)."""
-    if EVEN:
-        return tl.load(x_ptrs + g * GROUP)
-    live_k = (offs_k * 0 + g) < g_end
-    return tl.load(x_ptrs + g * GROUP, mask=live_k[:, None], other=0.0)
+def _words(g, g_end, w_ptrs, gstride, zero_w, GPI: tl.constexpr, LIVE: tl.constexpr, NW: tl.constexpr,
+           R: tl.constexpr, WPC: tl.constexpr):  # fmt: skip
+    """The words of the GPI groups from g (`_wload`); groups past GPI repeat the first. LIVE: no masks."""
+    w0 = _wload(w_ptrs + g * gstride, (zero_w + g) < g_end, LIVE, NW, R, WPC)
+    w1, w2, w3 = w0, w0, w0
+    if GPI >= 2:
+        w1 = _wload(w_ptrs + (g + 1) * gstride, (zero_w + g + 1) < g_end, LIVE, NW, R, WPC)
+    if GPI >= 4:
+        w2 = _wload(w_ptrs + (g + 2) * gstride, (zero_w + g + 2) < g_end, LIVE, NW, R, WPC)
+        w3 = _wload(w_ptrs + (g + 3) * gstride, (zero_w + g + 3) < g_end, LIVE, NW, R, WPC)
+    return w0, w1, w2, w3
 
 
 @triton.jit
 def _group_inputs(g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP: tl.constexpr,
-                  EVEN: tl.constexpr, WITH_X: tl.constexpr = True):  # fmt: skip
+                  EVEN: tl.constexpr, WITH_X: tl.constexpr):  # fmt: skip
     """Group g's zero points (for the words' rows `frow`), scales and (WITH_X; else 0) activations; a group
     at or past g_end reads zeros. EVEN: every group of every iteration is live, so no masks (fewer
     instructions a group)."""
@@ -359,34 +364,47 @@ def _group_inputs(g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROU
 
 
 @triton.jit
-def _iteration(g, g_end, w_ptrs, gstride, zero_w, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k,
-               GROUP: tl.constexpr, GPI: tl.constexpr, LIVE: tl.constexpr, WITH_X: tl.constexpr,
-               NW: tl.constexpr, R: tl.constexpr, WPC: tl.constexpr):  # fmt: skip
-    """The inputs of the GPI groups from g (words, then zero points, scales and, WITH_X, activations of each
-    group; groups past GPI repeat the first), for a prefetch of the next iteration. LIVE: no masks."""
-    w0 = _wload(w_ptrs + g * gstride, (zero_w + g) < g_end, LIVE, NW, R, WPC)
-    w1, w2, w3 = w0, w0, w0
-    if GPI >= 2:
-        w1 = _wload(w_ptrs + (g + 1) * gstride, (zero_w + g + 1) < g_end, LIVE, NW, R, WPC)
-    if GPI >= 4:
-        w2 = _wload(w_ptrs + (g + 2) * gstride, (zero_w + g + 2) < g_end, LIVE, NW, R, WPC)
-        w3 = _wload(w_ptrs + (g + 3) * gstride, (zero_w + g + 3) < g_end, LIVE, NW, R, WPC)
-    z0, s0, x0 = _group_inputs(g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, LIVE, WITH_X)
+def _inputs(g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP: tl.constexpr, GPI: tl.constexpr,
+            EVEN: tl.constexpr, WITH_X: tl.constexpr):  # fmt: skip
+    """`_group_inputs` of the GPI groups from g, (z, s, x) four times; groups past GPI repeat the first."""
+    z0, s0, x0 = _group_inputs(g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN, WITH_X)
     z1, s1, x1 = z0, s0, x0
     z2, s2, x2 = z0, s0, x0
     z3, s3, x3 = z0, s0, x0
     if GPI >= 2:
         z1, s1, x1 = _group_inputs(
-            g + 1, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, LIVE, WITH_X
+            g + 1, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN, WITH_X
         )
     if GPI >= 4:
         z2, s2, x2 = _group_inputs(
-            g + 2, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, LIVE, WITH_X
+            g + 2, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN, WITH_X
         )
         z3, s3, x3 = _group_inputs(
-            g + 3, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, LIVE, WITH_X
+            g + 3, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN, WITH_X
         )
-    return w0, w1, w2, w3, z0, s0, x0, z1, s1, x1, z2, s2, x2, z3, s3, x3
+    return z0, s0, x0, z1, s1, x1, z2, s2, x2, z3, s3, x3
+
+
+@triton.jit
+def _xload(g, g_end, x_ptrs, offs_k, GROUP: tl.constexpr, EVEN: tl.constexpr):
+    """Group g's activations, [GROUP, BLOCK_M]; a group at or past g_end reads zeros (EVEN: none is)."""
+    if EVEN:
+        return tl.load(x_ptrs + g * GROUP)
+    live_k = (offs_k * 0 + g) < g_end
+    return tl.load(x_ptrs + g * GROUP, mask=live_k[:, None], other=0.0)
+
+
+@triton.jit
+def _activations(g, g_end, x_ptrs, offs_k, GROUP: tl.constexpr, GPI: tl.constexpr, EVEN: tl.constexpr):
+    """`_xload` of the GPI groups from g; groups past GPI repeat the first."""
+    x0 = _xload(g, g_end, x_ptrs, offs_k, GROUP, EVEN)
+    x1, x2, x3 = x0, x0, x0
+    if GPI >= 2:
+        x1 = _xload(g + 1, g_end, x_ptrs, offs_k, GROUP, EVEN)
+    if GPI >= 4:
+        x2 = _xload(g + 2, g_end, x_ptrs, offs_k, GROUP, EVEN)
+        x3 = _xload(g + 3, g_end, x_ptrs, offs_k, GROUP, EVEN)
+    return x0, x1, x2, x3
 
 
 @triton.jit
@@ -410,8 +428,9 @@ def _w4a16_kernel(
     DOT_FP32: tl.constexpr, EVEN: tl.constexpr, ORDER: tl.constexpr,
 ):  # fmt: skip
     """One block of BLOCK_N = 16 NW R columns over one split of K, GPI groups an iteration: the GPI groups'
-    words are loaded together (PREFETCH: one iteration ahead, into registers), each thread reading the 16-byte
-    runs of the words its tensor-core fragments need; groups are added into the fp32 accumulator in order.
+    words are loaded together, each thread reading the 16-byte runs of the words its tensor-core fragments
+    need (PREFETCH, into registers one iteration ahead: 1 the words, 2 and the zero points and scales, 3 and
+    the activations); groups are added into the fp32 accumulator in order.
     Split-K (SPLIT): each block writes its fp32 partial sums to the workspace and counts itself done on its
     tile's counter; the block that counts last adds the tile's partial sums in split order (the same sum
     whichever block that is) and sets the counter back to 0 for the next launch. EVEN: the splits divide the
@@ -459,74 +478,33 @@ def _w4a16_kernel(
     # rows past M read row M - 1 (no mask): a row's sums never mix with another's, and theirs are not stored
     x_ptrs = x_ptr + tl.minimum(offs_m, M - 1)[None, :] * stride_xm + offs_k[:, None]
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    if PREFETCH >= 2:  # the next iteration's words, zero points and scales (3: and activations)
-        n0, n1, n2, n3, nz0, ns0, nx0, nz1, ns1, nx1, nz2, ns2, nx2, nz3, ns3, nx3 = _iteration(
-            g_begin, g_end, w_ptrs, gstride, zero_w, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k,
-            GROUP, GPI, EVEN, PREFETCH == 3, NW, R, WPC)  # fmt: skip
-    elif PREFETCH:
-        n0 = _wload(w_ptrs + g_begin * gstride, (zero_w + g_begin) < g_end, EVEN, NW, R, WPC)
-        n1 = n0
-        n2 = n0
-        n3 = n0
-        if GPI >= 2:
-            n1 = _wload(w_ptrs + (g_begin + 1) * gstride, (zero_w + g_begin + 1) < g_end, EVEN, NW, R, WPC)
-        if GPI >= 4:
-            n2 = _wload(w_ptrs + (g_begin + 2) * gstride, (zero_w + g_begin + 2) < g_end, EVEN, NW, R, WPC)
-            n3 = _wload(w_ptrs + (g_begin + 3) * gstride, (zero_w + g_begin + 3) < g_end, EVEN, NW, R, WPC)
-    for g in range(g_begin, g_end, GPI):
+    if PREFETCH:  # the first iteration's words (2: and zero points and scales; 3: and activations)
+        n0, n1, n2, n3 = _words(g_begin, g_end, w_ptrs, gstride, zero_w, GPI, EVEN, NW, R, WPC)
         if PREFETCH >= 2:
+            nz0, ns0, nx0, nz1, ns1, nx1, nz2, ns2, nx2, nz3, ns3, nx3 = _inputs(
+                g_begin, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, GPI, EVEN,
+                PREFETCH == 3)  # fmt: skip
+    for g in range(g_begin, g_end, GPI):
+        # every input of the iteration's groups is asked for before the first group is computed
+        if PREFETCH:  # what was loaded ahead is taken, and the next iteration's is asked for (its groups may
+            # be past the split)
             c0, c1, c2, c3 = n0, n1, n2, n3
-            z0, s0, x0, z1, s1, x1 = nz0, ns0, nx0, nz1, ns1, nx1
-            z2, s2, x2, z3, s3, x3 = nz2, ns2, nx2, nz3, ns3, nx3
-            if PREFETCH == 2:  # the activations (from the L2, not memory) are asked for now
-                x0 = _xload(g, g_end, x_ptrs, offs_k, GROUP, EVEN)
-                if GPI >= 2:
-                    x1 = _xload(g + 1, g_end, x_ptrs, offs_k, GROUP, EVEN)
-                if GPI >= 4:
-                    x2 = _xload(g + 2, g_end, x_ptrs, offs_k, GROUP, EVEN)
-                    x3 = _xload(g + 3, g_end, x_ptrs, offs_k, GROUP, EVEN)
-            n0, n1, n2, n3, nz0, ns0, nx0, nz1, ns1, nx1, nz2, ns2, nx2, nz3, ns3, nx3 = _iteration(
-                g + GPI, g_end, w_ptrs, gstride, zero_w, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k,
-                GROUP, GPI, False, PREFETCH == 3, NW, R, WPC)  # fmt: skip
+            if PREFETCH >= 2:
+                z0, s0, x0, z1, s1, x1 = nz0, ns0, nx0, nz1, ns1, nx1
+                z2, s2, x2, z3, s3, x3 = nz2, ns2, nx2, nz3, ns3, nx3
+            if PREFETCH == 2:  # the activations come from the L2, not memory
+                x0, x1, x2, x3 = _activations(g, g_end, x_ptrs, offs_k, GROUP, GPI, EVEN)
+            n0, n1, n2, n3 = _words(g + GPI, g_end, w_ptrs, gstride, zero_w, GPI, False, NW, R, WPC)
+            if PREFETCH >= 2:
+                nz0, ns0, nx0, nz1, ns1, nx1, nz2, ns2, nx2, nz3, ns3, nx3 = _inputs(
+                    g + GPI, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, GPI, False,
+                    PREFETCH == 3)  # fmt: skip
         else:
-            if PREFETCH:
-                c0 = n0
-                c1 = n1
-                c2 = n2
-                c3 = n3
-                gn = g + GPI
-                n0 = _wload(w_ptrs + gn * gstride, (zero_w + gn) < g_end, False, NW, R, WPC)
-                if GPI >= 2:
-                    n1 = _wload(w_ptrs + (gn + 1) * gstride, (zero_w + gn + 1) < g_end, False, NW, R, WPC)
-                if GPI >= 4:
-                    n2 = _wload(w_ptrs + (gn + 2) * gstride, (zero_w + gn + 2) < g_end, False, NW, R, WPC)
-                    n3 = _wload(w_ptrs + (gn + 3) * gstride, (zero_w + gn + 3) < g_end, False, NW, R, WPC)
-            else:
-                c0 = _wload(w_ptrs + g * gstride, (zero_w + g) < g_end, EVEN, NW, R, WPC)
-                c1 = c0
-                c2 = c0
-                c3 = c0
-                if GPI >= 2:
-                    c1 = _wload(w_ptrs + (g + 1) * gstride, (zero_w + g + 1) < g_end, EVEN, NW, R, WPC)
-                if GPI >= 4:
-                    c2 = _wload(w_ptrs + (g + 2) * gstride, (zero_w + g + 2) < g_end, EVEN, NW, R, WPC)
-                    c3 = _wload(w_ptrs + (g + 3) * gstride, (zero_w + g + 3) < g_end, EVEN, NW, R, WPC)
-            # every input of the iteration's groups is asked for before the first group is computed
-            z0, s0, x0 = _group_inputs(g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN)
-            z1, s1, x1 = z0, s0, x0
-            z2, s2, x2 = z0, s0, x0
-            z3, s3, x3 = z0, s0, x0
-            if GPI >= 2:
-                z1, s1, x1 = _group_inputs(
-                    g + 1, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN
-                )
-            if GPI >= 4:
-                z2, s2, x2 = _group_inputs(
-                    g + 2, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN
-                )
-                z3, s3, x3 = _group_inputs(
-                    g + 3, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, EVEN
-                )
+            c0, c1, c2, c3 = _words(g, g_end, w_ptrs, gstride, zero_w, GPI, EVEN, NW, R, WPC)
+        if PREFETCH < 2:
+            z0, s0, x0, z1, s1, x1, z2, s2, x2, z3, s3, x3 = _inputs(
+                g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, GPI, EVEN, True
+            )
         acc = _group(acc, c0, z0, s0, x0, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER)
         if GPI >= 2:
             acc = _group(acc, c1, z1, s1, x1, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER)
