@@ -6,7 +6,7 @@ module (`git show REV:pipeline/kernels/w4a16.py > FILE`) at the same configurati
 
     python benchmarks/gpu.py w4a16-kernel --out DIR [--shapes gate_up,down,...] [--rows 1,2,4,8,16]
         [--tune] [--candidates all|quick] [--iters 20] [--kernels ...,marlin --marlin-sdist FILE]
-        [--against FILE]
+        [--against FILE] [--families]
 
 Timing: each measurement is a CUDA graph that runs the op once on each of R copies of the weights (R so
 that the copies total at least 256 MB, more than the L2 can hold), replayed `--iters` times after a warm-up
@@ -22,6 +22,11 @@ configuration with and without a register cap, and of 50 launches at split-K 8 (
 Marlin, when it is timed: its error, two runs and its rows alone against M = 16, the same way. For the
 `--against` revision ("against" in the tables): its outputs against specq's, bitwise, at M = 1 to 16, each
 with the configuration specq runs for that shape.
+
+`--families` times every family of the quick search (prefetch level, groups an iteration, register cap) at
+each split-K the shape divides into, at M = 1 and 16, with each configuration's bits checked against the first
+family's at the same split, and tables each family's best split per shape (DIR/w4a16_families.json, and a
+section of the tables).
 
 `--tune` times every candidate configuration per shape first (`w4a16.tune`, 16 rows) and writes the choices to
 the kernel's cache file (and DIR/w4a16-tuned.json). Outputs: DIR/w4a16_kernel.json (every figure) and
@@ -252,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--marlin-sdist", type=Path, help="a gptqmodel source distribution (Marlin's sources)")
     ap.add_argument("--marlin-build", type=Path, default=Path("/tmp/specq-marlin"))
     ap.add_argument("--against", type=Path, help="another revision of the kernel module, timed beside")
+    ap.add_argument("--families", action="store_true", help="each family of the quick search at every split")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     dtype = getattr(torch, args.dtype)
@@ -292,6 +298,10 @@ def main(argv: list[str] | None = None) -> int:
         n, k, per_step = SHAPES[name]
         copies = max(2, math.ceil(ROTATE_BYTES / awq_bytes(n, k)))
         awq = [rand_awq(n, k, "cuda") for _ in range(copies)]
+        if args.families:
+            t = time.time()
+            result.setdefault("families", {})[name] = family_sweep(W.pack(*awq[0]), dtype, args.iters)
+            print(f"families {name}: {time.time() - t:.0f} s", file=sys.stderr, flush=True)
         if args.tune and "specq" in kernels:
             cands = W.CANDIDATES if args.candidates == "all" else W.QUICK_CANDIDATES
             t = time.time()
@@ -351,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     (args.out / "w4a16_kernel.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    if args.families:
+        families = json.dumps(result["families"], indent=1)
+        (args.out / "w4a16_families.json").write_text(families, encoding="utf-8")
     if args.tune:
         cache = W.cache_file(torch.device("cuda"))
         if cache.exists():
@@ -359,6 +372,58 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "w4a16_kernel.md").write_text(md, encoding="utf-8")
     print(md)
     return 0
+
+
+def family(cfg: W.Config) -> str:
+    """A configuration less its split: prefetch level, groups an iteration, register cap (0: none)."""
+    return f"p{cfg.prefetch}-g{cfg.gpi}-r{cfg.maxnreg}"
+
+
+def family_sweep(p: W.PackedW4, dtype: torch.dtype, iters: int) -> list[dict[str, Any]]:
+    """Every configuration of the quick search whose split divides the layer's groups, timed at M = 1 and 16
+    over copies of `p` that outsize the L2; `same_bits`: its outputs equal the first family's at that split
+    (prefetch, groups an iteration and register cap change no bit) and its row 0 alone equals row 0 of 16."""
+    reps = max(2, math.ceil(ROTATE_BYTES / awq_bytes(p.n, p.k)))
+    copies = [p] + [
+        W.PackedW4(p.qweight.clone(), p.scales.clone(), p.zeros.clone(), p.group, p.order)
+        for _ in range(reps - 1)
+    ]
+    xs = {m: torch.randn(m, p.k, device="cuda", dtype=dtype) for m in (1, 16)}
+    first: dict[tuple[int, int], torch.Tensor] = {}
+    out: list[dict[str, Any]] = []
+    for cfg in W.QUICK_CANDIDATES:
+        if (p.k // p.group) % cfg.split_k:
+            continue
+        row: dict[str, Any] = {"family": family(cfg), "split": cfg.split_k, "same_bits": True}
+        for m, x in xs.items():
+            y = W.linear(x, p, cfg=cfg)
+            row["same_bits"] &= bool(torch.equal(y, first.setdefault((cfg.split_k, m), y)))
+            if m > 1:
+                row["same_bits"] &= bool(torch.equal(W.linear(x[:1].contiguous(), p, cfg=cfg), y[:1]))
+            ops = [lambda c=c, cfg=cfg, x=x: W.linear(x, c, cfg=cfg) for c in copies]
+            row[f"us_m{m}"] = round(W.graph_us(ops, iters, warm_ms=W.WARM_MS if out else W.COLD_MS), 2)
+        out.append(row)
+    return out
+
+
+def family_table(families: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Per shape, each family's best split (least M = 1 + M = 16 time), fastest family first; a family with
+    any configuration whose bits differed is marked."""
+    lines = ["| shape | family | split | M=1 µs | M=16 µs | same bits |", "|---|---|---|---|---|---|"]
+    for name, rows in families.items():
+        by_family: dict[str, list[dict[str, Any]]] = {}
+        for r in rows:
+            by_family.setdefault(r["family"], []).append(r)
+        best = [
+            (min(rs, key=lambda r: r["us_m1"] + r["us_m16"]), all(r["same_bits"] for r in rs))
+            for rs in by_family.values()
+        ]
+        for r, same in sorted(best, key=lambda b: b[0]["us_m1"] + b[0]["us_m16"]):
+            lines.append(
+                f"| {name} | {r['family']} | {r['split']} | {r['us_m1']:.2f} | {r['us_m16']:.2f} | "
+                f"{'yes' if same else '**no**'} |"
+            )
+    return lines
 
 
 def step_totals(shapes: dict[str, Any], kern: str, rows: list[int]) -> dict[str, dict[int, float]]:
@@ -412,6 +477,8 @@ def tables(result: dict[str, Any], rows: list[int], kernels: list[str]) -> str:
             lines.append(f"- {name} (Marlin): {e['marlin_checks']}")
         if e.get("against_checks"):
             lines.append(f"- {name} (against): {e['against_checks']}")
+    if result.get("families"):
+        lines += ["", "Each family's best split (`--families`):", "", *family_table(result["families"])]
     if result.get("tuned"):
         lines += ["", f"Tuned: {result['tuned']}"]
     if result.get("errors"):

@@ -31,3 +31,24 @@ def test_the_table_prints_both_layouts():
     us = {name: {"1": 10.0} for name in B.SHAPES}
     md = B.tables({"gpu": "G", "date": "D", "dtype": "bfloat16", "shapes": _shapes(us)}, [1], ["specq"])
     assert "| specq | fused | 2.56 |" in md and "| specq | separate | 3.04 |" in md
+
+
+def test_the_family_table_keeps_each_familys_best_split_and_marks_changed_bits():
+    rows = [  # recorded-style figures of two families at two splits
+        {"family": "p0-g2-r96", "split": 1, "same_bits": True, "us_m1": 39.4, "us_m16": 40.6},
+        {"family": "p0-g2-r96", "split": 4, "same_bits": True, "us_m1": 39.6, "us_m16": 41.1},
+        {"family": "p0-g1-r72", "split": 1, "same_bits": False, "us_m1": 45.0, "us_m16": 46.0},
+        {"family": "p0-g1-r72", "split": 4, "same_bits": True, "us_m1": 40.3, "us_m16": 42.4},
+    ]
+    lines = B.family_table({"gate_up": rows})
+    assert lines[2:] == [
+        "| gate_up | p0-g2-r96 | 1 | 39.40 | 40.60 | yes |",
+        "| gate_up | p0-g1-r72 | 4 | 40.30 | 42.40 | **no** |",  # its split 1 changed bits: marked
+    ]
+
+
+def test_a_family_is_a_configuration_less_its_split():
+    import specq.pipeline.kernels.w4a16 as W
+
+    assert B.family(W.Config(block_n=64, split_k=8, prefetch=2, gpi=1, maxnreg=80)) == "p2-g1-r80"
+    assert len({B.family(c) for c in W.QUICK_CANDIDATES}) * 5 == len(W.QUICK_CANDIDATES)  # 5 splits each
