@@ -660,8 +660,8 @@ CANDIDATES = tuple(
     )
     for sk in (1, 2, 4, 8, 16)
 )
-# the benchmark's quick search: 64 columns, 4 warps, groups in flight in registers (the family every shape
-# chose on the H100 and the H200), with and without a register cap
+# the benchmark's quick search: blocks of 64 columns and 4 warps (what every shape chose on the H100 and the
+# H200), groups in flight in registers, with and without a register cap
 QUICK_CANDIDATES = tuple(c for c in CANDIDATES if c.block_n == 64 and c.num_warps == 4 and c.num_stages == 1)
 # what a shape the shipped table lacks is tuned over when a model loads: the quick search less the three
 # one-group families with a prefetch, which no shape chose on the H100 (2026-12-07); one group capped at 72
