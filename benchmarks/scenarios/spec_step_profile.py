@@ -37,9 +37,8 @@ import httpx
 from specq.pipeline.errors import ProcessFailed
 from specq.pipeline.serve.process import ManagedProcess, free_port
 
-# w4a16-e2e's session length and KV cache share, so that the two benchmarks start the same server
-SESSION_LEN = "4096"
-KV_CACHE = "0.01"
+from .w4a16_e2e import CACHE, SESSION_LEN  # w4a16-e2e's servers' KV cache share and session length
+
 OPTIONS: dict[str, tuple[list[str], dict[str, str]]] = {
     "default": ([], {}),
     "eager": ([], {"SPECQ_ENGINE__EAGER_MODE": "1"}),
@@ -202,7 +201,7 @@ def run_one(args: argparse.Namespace, option: str, k: int, profile: bool) -> dic
     cmd = specq(
         "serve", str(args.target), "--engine", "lmdeploy", "--backend", "pytorch", "--port", str(port),
         "--run-dir", str(args.out / f"run-{name}"), "--session-len", SESSION_LEN,
-        "--cache-max-entry-count", KV_CACHE,
+        "--cache-max-entry-count", CACHE,
     )  # fmt: skip
     cmd += flags
     if k > 0:

@@ -45,7 +45,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "twin" / "qwen3_5-27b-config.json"
 WAVES = "plain:specq,plain:lmdeploy,mtp1,mtp3;mtp2,dflash3,dflash7,dflash15"
 PORT = 24300
-CACHE = "0.01"
+CACHE = "0.01"  # the servers' KV cache share and session length (spec-step-profile starts the same ones)
+SESSION_LEN = "4096"
 
 
 def parse_server(item: str) -> dict[str, Any]:
@@ -77,7 +78,7 @@ def serve_cmd(s: dict[str, Any], twin: Path, bf16: Path, port: int, run_dir: Pat
     return specq(
         "serve", str(target), "--engine", "lmdeploy", "--backend", "pytorch", *flags,
         "--draft-tokens", str(s["k"]), "--port", str(port), "--cache-max-entry-count", CACHE,
-        "--session-len", "4096", "--run-dir", str(run_dir), "--detach", "--json",
+        "--session-len", SESSION_LEN, "--run-dir", str(run_dir), "--detach", "--json",
     )  # fmt: skip
 
 
