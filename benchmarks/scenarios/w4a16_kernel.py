@@ -381,13 +381,10 @@ def family(cfg: W.Config) -> str:
 
 def family_sweep(p: W.PackedW4, dtype: torch.dtype, iters: int) -> list[dict[str, Any]]:
     """Every configuration of the quick search whose split divides the layer's groups, timed at M = 1 and 16
-    over copies of `p` that outsize the L2; `same_bits`: its outputs equal the first family's at that split
-    (prefetch, groups an iteration and register cap change no bit) and its row 0 alone equals row 0 of 16."""
-    reps = max(2, math.ceil(ROTATE_BYTES / awq_bytes(p.n, p.k)))
-    copies = [p] + [
-        W.PackedW4(p.qweight.clone(), p.scales.clone(), p.zeros.clone(), p.group, p.order)
-        for _ in range(reps - 1)
-    ]
+    over copies of `p` that outsize the L2 (`w4a16.rotating_copies`); `same_bits`: its outputs equal the
+    first family's at that split (prefetch, groups an iteration and register cap change no bit) and its row 0
+    alone equals row 0 of 16."""
+    copies = W.rotating_copies(p)
     xs = {m: torch.randn(m, p.k, device="cuda", dtype=dtype) for m in (1, 16)}
     first: dict[tuple[int, int], torch.Tensor] = {}
     out: list[dict[str, Any]] = []

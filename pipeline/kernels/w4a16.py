@@ -666,9 +666,10 @@ QUICK_CANDIDATES = tuple(c for c in CANDIDATES if c.block_n == 64 and c.num_warp
 # what a shape the shipped table lacks is tuned over when a model loads: the quick search less the three
 # one-group families with a prefetch, which no shape chose on the H100 (2026-12-07); one group capped at 72
 # registers (qkv_proj's choice) and two groups with prefetch level 2 (in_proj_z's) are in
-LOAD_FAMILIES = {(0, 2), (0, 4), (1, 2), (1, 4), (0, 1, 72), (2, 2, 128)}  # (prefetch, gpi[, maxnreg])
 LOAD_CANDIDATES = tuple(
-    c for c in QUICK_CANDIDATES if {(c.prefetch, c.gpi), (c.prefetch, c.gpi, c.maxnreg)} & LOAD_FAMILIES
+    c
+    for c in QUICK_CANDIDATES
+    if (c.gpi > 1 and c.prefetch < 2) or (c.prefetch, c.gpi, c.maxnreg) in ((0, 1, 72), (2, 2, 128))
 )
 _lock = threading.Lock()
 _chosen: dict[str, Config] = {}
@@ -793,6 +794,16 @@ def graph_us(ops: list, reps: int = 10, warm_ms: float = WARM_MS) -> float:
     return statistics.median(times)
 
 
+def rotating_copies(p: PackedW4) -> list[PackedW4]:
+    """`p` and copies of it, ROTATE_BYTES in all at least: timed one after another, each launch reads its
+    weights from memory, not the L2."""
+    nbytes = p.qweight.numel() * 4 + p.scales.numel() * 2 + p.zeros.numel()
+    return [p] + [
+        PackedW4(p.qweight.clone(), p.scales.clone(), p.zeros.clone(), p.group, p.order)
+        for _ in range(max(1, -(-ROTATE_BYTES // nbytes)) - 1)
+    ]
+
+
 def tune(
     p: PackedW4, dtype: torch.dtype = torch.bfloat16, candidates=CANDIDATES, rows: int = SMALL_M,
     force: bool = False,
@@ -804,11 +815,7 @@ def tune(
     device = p.qweight.device
     if not force and _cached(key, device):
         return config_for(p.n, p.k, device, p.group)
-    nbytes = p.qweight.numel() * 4 + p.scales.numel() * 2 + p.zeros.numel()
-    copies = [p] + [
-        PackedW4(p.qweight.clone(), p.scales.clone(), p.zeros.clone(), p.group, p.order)
-        for _ in range(max(1, -(-ROTATE_BYTES // nbytes)) - 1)
-    ]
+    copies = rotating_copies(p)
     x = torch.randn(rows, p.k, dtype=dtype, device=device)
     best: tuple[float, Config] | None = None
     warm = COLD_MS

@@ -92,7 +92,7 @@ def main() -> int:
                     num_warps=cfg.num_warps,
                     gpi=(1, 2, 4)[(pf + (cfg.gpi == 1)) % 3],
                     prefetch=pf,
-                )  # fmt: skip
+                )
                 for pf in range(4)
                 if pf != cfg.prefetch
             ]
