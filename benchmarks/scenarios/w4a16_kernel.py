@@ -60,14 +60,13 @@ SHAPES: dict[str, tuple[int, int, int]] = {
     "in_proj_z": (6144, 5120, 48),
     "out_proj/o_proj": (5120, 6144, 64),
     "qkv_proj": (14336, 5120, 16),
-    # in_proj_qkv and in_proj_z as one linear (the same input): not how LMDeploy builds them
-    "in_proj_qkvz": (16384, 5120, 48),
+    "in_proj_qkvz": (16384, 5120, 48),  # in_proj_qkv and in_proj_z as one linear (specq's w4a16-specq patch)
 }
-# a step's linears as LMDeploy 0.18 builds a dense Qwen3.5 (the Gated DeltaNet's in_proj_qkv and in_proj_z
-# apart), and what the step would take with those two as one linear (one launch a layer fewer)
+# a step's linears as specq serves a dense Qwen3.5 on one GPU (the Gated DeltaNet's in_proj_qkv and in_proj_z
+# as one linear) and as stock LMDeploy builds them (two)
 STEPS: dict[str, tuple[str, ...]] = {
-    "separate": ("gate_up", "down", "in_proj_qkv", "in_proj_z", "out_proj/o_proj", "qkv_proj"),
     "fused": ("gate_up", "down", "in_proj_qkvz", "out_proj/o_proj", "qkv_proj"),
+    "separate": ("gate_up", "down", "in_proj_qkv", "in_proj_z", "out_proj/o_proj", "qkv_proj"),
 }
 GROUP = 128
 ROTATE_BYTES = 256 << 20
@@ -458,8 +457,8 @@ def tables(result: dict[str, Any], rows: list[int], kernels: list[str]) -> str:
             )
     lines += [
         "",
-        "Whole step's 4-bit linears (shapes × their count per step), ms; separate: as LMDeploy builds them; "
-        "fused: with in_proj_qkv and in_proj_z as one linear:",
+        "Whole step's 4-bit linears (shapes × their count per step), ms; fused: in_proj_qkv and in_proj_z as "
+        "one linear, as specq serves a dense Qwen3.5 on one GPU; separate: as stock LMDeploy builds them:",
         "",
         "| kernel | step | " + " | ".join(f"M={m}" for m in rows) + " |",
         "|---|---|" + "---|" * len(rows),

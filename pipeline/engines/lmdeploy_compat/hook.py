@@ -79,7 +79,8 @@ PATCHES = {
         },
     ),
     # engine.w4a16_kernel = specq (the default where it applies): the PyTorch engine's W4A16 linears run
-    # specq's deterministic kernel (specq.pipeline.kernels.w4a16) instead of LMDeploy's Triton AWQ kernel
+    # specq's deterministic kernel (specq.pipeline.kernels.w4a16) instead of LMDeploy's Triton AWQ kernel,
+    # and on one GPU a dense Qwen3.5's Gated DeltaNet runs in_proj_qkv and in_proj_z as one linear
     "w4a16-specq": Patch(
         name="w4a16-specq",
         version="0.18.0",
@@ -88,6 +89,10 @@ PATCHES = {
             "lmdeploy/pytorch/backends/cuda/awq_modules.py": (
                 "b274e960f9caf7e779ae5e2a468b3e6630be7aac0fa6a82de01ff3ac6a36c9cb",
                 "6a81542cb987c1df33fcaf6f1baf5a110b0b7b244652b1261dc7133a574028e6",
+            ),
+            "lmdeploy/pytorch/models/qwen3_5.py": (
+                "7248df2de93fb44ffce7570a7b5d174b7fb2df007bc545774ef4611eef583657",
+                "94de520f0279ee256c9765f1407f80956206c622f9303950fa1fb849262b72d3",
             ),
         },
     ),

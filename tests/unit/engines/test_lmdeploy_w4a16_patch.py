@@ -19,6 +19,7 @@ from specq.pipeline.engines.lmdeploy_compat import hook
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "lmdeploy-0.18.0"
 AWQ = "lmdeploy/pytorch/backends/cuda/awq_modules.py"
+QWEN35 = "lmdeploy/pytorch/models/qwen3_5.py"
 
 
 def test_the_diff_applies_in_memory_to_the_recorded_patched_hash() -> None:
@@ -29,6 +30,35 @@ def test_the_diff_applies_in_memory_to_the_recorded_patched_hash() -> None:
     # specq's linear comes before LMDeploy's own choice, and only for layers the kernel can run
     assert build.index("SpecqAwqLinearW4A16Impl") < build.index("if provider in ('auto', 'turbomind')")
     assert "spec.group_size % 32 == 0" in build and "spec.w_bit == 4" in build
+
+
+def test_a_dense_qwen35_runs_in_proj_qkv_and_z_as_one_linear_on_one_gpu() -> None:
+    assert set(compat.W4A16_PATCH.files) == {AWQ, QWEN35}
+    new = hook.patched_source(compat.W4A16_PATCH, QWEN35, (FIXTURE / QWEN35).read_bytes())
+    assert hook.sha256(new.encode()) == compat.W4A16_PATCH.files[QWEN35][1]
+    compile(new, QWEN35, "exec", dont_inherit=True)
+    gdn = new[new.index("class Qwen3_5GatedDeltaNet") : new.index("class Qwen3_5Attention")]
+    # fused only when asked and on one GPU: under tensor parallelism qkv's sections split unevenly
+    assert "fuse_qkvz: bool = False" in gdn
+    assert "self.fuse_qkvz = fuse_qkvz and get_tp_world_rank()[0] == 1" in gdn
+    fused = gdn[gdn.index("if self.fuse_qkvz:") : gdn.index("else:")]
+    assert "build_merged_colwise_linear" in fused and "[projection_size_qkv, self.value_dim]" in fused
+    assert "quant_config=quantization_config" in fused  # quantized like the two it replaces
+    forward = gdn[gdn.index("def forward") :]
+    assert (
+        "self.in_proj_qkvz(hidden_states).split(" in forward
+        and "projected_states_qkv.contiguous()" in forward
+    )
+    # the dense decoder layer asks for it; Qwen3.5-MoE and the other models build their own layers, unfused
+    layer = new[new.index("class Qwen3_5DecoderLayer") : new.index("class Qwen3_5TextModel")]
+    assert layer.count("fuse_qkvz=True") == 1
+    # the checkpoint's two tensors load into the fused linear's shards 0 and 1 (LMDeploy's merged AWQ linear
+    # takes no shard names), only where the model has it (on LMDeploy's code: test_qwen35_fused_in_proj.py)
+    load = new[new.index("    def load_weights") :]
+    assert "name.replace('.in_proj_qkv.', '.in_proj_qkvz.'), 0" in load
+    assert "name.replace('.in_proj_z.', '.in_proj_qkvz.'), 1" in load
+    assert "fused_name in params_dict" in load
+    assert load.index("fused_name in params_dict") < load.index("for (param_name, weight_name, shard_id)")
 
 
 CHILD = r"""

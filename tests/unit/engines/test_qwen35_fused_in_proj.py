@@ -1,0 +1,114 @@
+"""The `w4a16-specq` patch's second file on LMDeploy 0.18.0's own code, where that LMDeploy imports (its
+PyTorch engine's Python modules; no GPU): in a child process started the way specq starts LMDeploy, the
+patched `Qwen3_5GatedDeltaNet` is built fused and unfused under an AWQ build context, both load the same AWQ
+checkpoint tensors through `Qwen3_5ForConditionalGeneration.load_weights`, and the fused linear and the
+layer's forward give the unfused bits (specq's W4A16 linear under Triton's interpreter). The convolution, the
+recurrence and the gated norm, which the patch does not touch and which need a GPU, are stood in for. CI's
+machines have no LMDeploy 0.18.0 (its wheels are CUDA builds from LMDeploy's own index), so there the patched
+text is checked instead (test_lmdeploy_w4a16_patch.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from specq.pipeline.engines import lmdeploy_compat as compat
+from specq.pipeline.engines.lmdeploy_compat import hook
+
+CHILD = r"""
+import json
+from types import SimpleNamespace
+import torch
+from transformers.configuration_utils import PretrainedConfig
+import lmdeploy.pytorch.models.qwen3_5 as M
+from lmdeploy.pytorch.config import QuantizationConfig
+from lmdeploy.pytorch.model_inputs import BuildModelContext
+from lmdeploy.pytorch.models.patch import build_model_context
+from specq.pipeline.kernels import w4a16 as W
+
+torch.manual_seed(0)
+
+class Conv(torch.nn.Module):
+    def __init__(self, *a, **k):
+        super().__init__()
+    def forward(self, x, conv_state, meta):
+        return x * 2
+
+class Delta:
+    def __call__(self, q, k, v, **kw):
+        return v * 3
+
+class Norm(torch.nn.Module):
+    def forward(self, x, z):
+        return x * z
+
+M.CausalConv1d, M.GatedDelta, M.build_rmsnorm_gated = Conv, Delta, lambda *a, **k: Norm()
+awq = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
+cfg = PretrainedConfig(
+    hidden_size=256, linear_num_value_heads=2, linear_num_key_heads=1, linear_key_head_dim=64,
+    linear_value_head_dim=64, linear_conv_kernel_dim=4, hidden_act="silu", rms_norm_eps=1e-6,
+    quantization_config=awq)
+ctx = BuildModelContext(quant_config=QuantizationConfig.from_config(SimpleNamespace(quantization_config=awq)))
+with build_model_context(ctx):
+    fused = M.Qwen3_5GatedDeltaNet(cfg, 0, dtype=torch.bfloat16, device="cpu", fuse_qkvz=True)
+    plain = M.Qwen3_5GatedDeltaNet(cfg, 0, dtype=torch.bfloat16, device="cpu")
+
+def tensors(n, k=256):
+    q = torch.randint(0, 16, (k, n), dtype=torch.uint8)
+    z = torch.randint(0, 16, (k // 128, n), dtype=torch.uint8)
+    s = (torch.rand(k // 128, n) * 0.02).half()
+    return {"qweight": W.pack_awq(q), "qzeros": W.pack_awq(z), "scales": s}
+
+pre = "model.language_model.layers.0.linear_attn."
+ckpt = [(f"{pre}{mod}.{t}", v) for mod, n, k in (("in_proj_qkv", 256, 256), ("in_proj_z", 128, 256),
+                                                  ("out_proj", 256, 128)) for t, v in tensors(n, k).items()]
+ckpt += [(f"{pre}in_proj_{x}.weight", torch.randn(2, 256).bfloat16()) for x in "ba"]
+ckpt += [(f"{pre}A_log", torch.randn(2)), (f"{pre}dt_bias", torch.randn(2))]
+
+def load(mod):
+    model = SimpleNamespace(
+        config=SimpleNamespace(text_config=SimpleNamespace(num_hidden_layers=1), tie_word_embeddings=False),
+        named_parameters=lambda: [(pre + n, p) for n, p in mod.named_parameters()])
+    M.Qwen3_5ForConditionalGeneration.load_weights(model, [(n, v.clone()) for n, v in ckpt])
+    for m in mod.modules():  # as LMDeploy does once every weight is loaded: specq's linears repack here
+        if m is not mod and hasattr(m, "update_weights"):
+            m.update_weights()
+
+load(fused)
+load(plain)
+x = torch.randn(1, 3, 256).bfloat16()
+lin = fused.in_proj_qkvz(x)
+print(json.dumps({
+    "patched": getattr(M, "__specq_compat__", None),
+    "fused": sorted(n for n, _ in fused.named_children()),
+    "plain": sorted(n for n, _ in plain.named_children()),
+    "impl": type(fused.in_proj_qkvz.impl).__name__, "shape": list(lin.shape),
+    "linear_equal": torch.equal(lin, torch.cat([plain.in_proj_qkv(x), plain.in_proj_z(x)], -1)),
+    "forward_equal": torch.equal(fused(x, (None, None), None), plain(x, (None, None), None)),
+}))
+"""
+
+
+def test_the_fused_layer_loads_and_computes_the_unfused_bits(tmp_path) -> None:
+    pytest.importorskip("lmdeploy.pytorch.models.qwen3_5", reason="LMDeploy 0.18.0's PyTorch engine")
+    if compat.status(patch=compat.W4A16_PATCH).state != "applies":
+        pytest.skip("the installed LMDeploy is not 0.18.0 as released")
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    env = {k: v for k, v in os.environ.items() if k not in (compat.ENV, hook.LOG_ENV)}
+    env = compat.launch_env(env, compat.status(patch=compat.W4A16_PATCH))
+    proc = subprocess.run(
+        [sys.executable, str(script)], env={**env, "TRITON_INTERPRET": "1"}, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["patched"] == "w4a16-specq"
+    assert "in_proj_qkvz" in out["fused"] and not {"in_proj_qkv", "in_proj_z"} & set(out["fused"])
+    assert {"in_proj_qkv", "in_proj_z"} <= set(out["plain"]) and "in_proj_qkvz" not in out["plain"]
+    assert out["impl"] == "SpecqAwqLinearW4A16Impl" and out["shape"] == [1, 3, 384]
+    assert out["linear_equal"] and out["forward_equal"]
