@@ -512,6 +512,18 @@ def _w4a16_kernel(
             acc = _group(acc, c2, z2, s2, x2, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER)
             acc = _group(acc, c3, z3, s3, x3, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER)
 
+    _finish(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs_m, m_ok, M, N, stride_om,
+            pid_k, split_k, pid_m * tl.num_programs(0) + pid_n, SPLIT, HAS_BIAS)  # fmt: skip
+
+
+@triton.jit
+def _finish(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs_m, m_ok, M, N, stride_om,
+            pid_k, split_k, tile, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr):  # fmt: skip
+    """A block's fp32 sums acc [BLOCK_N columns, BLOCK_M rows] of its split of K into out [M, N] (rows m_ok,
+    columns n_ok; offs_nc: the columns clamped into N), with the bias. Split-K (SPLIT): the block writes its
+    partial sums to the workspace [split_k, M, N] and counts itself done on its tile's counter (cnt_ptr +
+    tile); the block that counts last adds the tile's partial sums in split order (the same sum whichever
+    block that is) and sets the counter back to 0 for the next launch."""
     mask = n_ok[:, None] & m_ok[None, :]
     if not SPLIT:
         if HAS_BIAS:
@@ -522,7 +534,7 @@ def _w4a16_kernel(
         ws_tile = ws_ptr + offs_m[None, :] * N + offs_n[:, None]
         tl.store(ws_tile + pid_k * M * N, acc, mask=mask)
         tl.debug_barrier()  # every thread's partial sums are written before the block counts itself done
-        tile_cnt = cnt_ptr + pid_m * tl.num_programs(0) + pid_n
+        tile_cnt = cnt_ptr + tile
         done = tl.atomic_add(tile_cnt, 1, sem="acq_rel", scope="gpu")  # orders the stores above before it
         if done == split_k - 1:  # the tile's last block: every split's partial sums are in the workspace
             total = tl.load(ws_tile, mask=mask, other=0.0, cache_modifier=".cg")
