@@ -17,4 +17,8 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     "gptq-toy": ("gptq_toy", "(CPU) the GPTQ toy target that `check` and tests/gpu load without gptqmodel"),
     "w4a16-kernel": ("w4a16_kernel", "specq's W4A16 kernel against LMDeploy's, tinygemm, gemlite, Marlin"),
     "w4a16-e2e": ("w4a16_e2e", "the 27B-AWQ twin served with each W4A16 kernel, plain and speculating"),
+    "skinny-kernel": (
+        "skinny_kernel",
+        "specq's skinny bf16 linear against F.linear at the 27B's gate projection",
+    ),
 }
