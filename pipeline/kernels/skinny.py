@@ -56,11 +56,7 @@ def _skinny_kernel(
     s_begin = pid_k * per_split
     s_end = tl.minimum(s_begin + per_split, steps)
 
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_ok = offs_n < N
-    offs_nc = tl.where(n_ok, offs_n, 0)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    m_ok = offs_m < M
+    offs_n, n_ok, offs_nc, offs_m, m_ok = w4a16._tile(pid_n, pid_m, N, M, BLOCK_N, BLOCK_M)
     offs_k = tl.arange(0, BLOCK_K)
     # rows past M read row M - 1 (their sums are not stored); columns past N read column 0 (the same)
     x_ptrs = x_ptr + tl.minimum(offs_m, M - 1)[None, :] * stride_xm + offs_k[:, None]  # [BLOCK_K, BLOCK_M]

@@ -466,11 +466,7 @@ def _w4a16_kernel(
     frow = pid_n * BLOCK_N + 16 * NW * fr + 16 * fw + 8 * fj + fg  # [1, 8, NW, 2, R, 1]
     frow = tl.where(frow < N, frow, 0)
 
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_ok = offs_n < N
-    offs_nc = tl.where(n_ok, offs_n, 0)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    m_ok = offs_m < M
+    offs_n, n_ok, offs_nc, offs_m, m_ok = _tile(pid_n, pid_m, N, M, BLOCK_N, BLOCK_M)
     offs_k = tl.arange(0, GROUP)
     gstride = N * KW  # the layout is group-major: one group's words of every column, contiguous
     zero_w = cw[None, :] * 0  # a scalar condition as a tensor mask (the interpreter needs one)
@@ -514,6 +510,16 @@ def _w4a16_kernel(
 
     _finish(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs_m, m_ok, M, N, stride_om,
             pid_k, split_k, pid_m * tl.num_programs(0) + pid_n, SPLIT, HAS_BIAS)  # fmt: skip
+
+
+@triton.jit
+def _tile(pid_n, pid_m, N, M, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
+    """A block's output columns offs_n (n_ok: within N; offs_nc: clamped into N, for reads) and rows offs_m
+    (m_ok: within M)."""
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < N
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    return offs_n, n_ok, tl.where(n_ok, offs_n, 0), offs_m, offs_m < M
 
 
 @triton.jit
