@@ -74,11 +74,6 @@ def _skinny_kernel(
                   stride_om, pid_k, split_k, pid_m * tl.num_programs(0) + pid_n, SPLIT, HAS_BIAS)  # fmt: skip
 
 
-def prepare(device: torch.device, n: int) -> None:
-    """Split-K's counters allocated (outside a CUDA graph capture) for a layer of `n` columns on `device`."""
-    w4a16._tile_counters(device, triton.cdiv(n, Config().block_n))
-
-
 def _sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
 
@@ -87,7 +82,9 @@ def linear(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, cfg: Config | None = None
 ) -> torch.Tensor:
     """`F.linear(x, weight, bias)` for x [..., K] and weight [N, K] of one 16-bit dtype: up to 16 rows on the
-    kernel (deterministic, M-invariant), more with `F.linear`."""
+    kernel (deterministic, M-invariant), more with `F.linear`. Split-K takes the W4A16 kernel's tile counters,
+    which are allocated outside a CUDA graph capture: run it once before capturing it (LMDeploy's capture
+    runs the model once first)."""
     if x.dtype not in (torch.bfloat16, torch.float16) or weight.dtype != x.dtype:
         raise TypeError(
             f"specq's skinny linear takes bf16 or fp16 x and weight alike, not {x.dtype} and {weight.dtype}"
