@@ -35,7 +35,7 @@ def measure(name: str, n: int, k: int, rows: list[int]) -> dict[str, Any]:
         (torch.randn(n, k, device=dev) * 0.02).bfloat16() for _ in range(max(1, ROTATE_BYTES // (n * k * 2)))
     ]
     w = copies[0]
-    shipped = S.config_for(n, k, torch.cuda.get_device_properties(dev).multi_processor_count)
+    shipped = S.config_for(n, k, S.multiprocessors(dev))
     configs = {"shipped": shipped, **{label: S.Config(**kw) for label, kw in OTHERS.items()}}
     out: dict[str, Any] = {"n": n, "k": k, "shipped": vars(shipped), "us": {}, "checks": {}}
     for m in rows:

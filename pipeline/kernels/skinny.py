@@ -74,7 +74,8 @@ def _skinny_kernel(
                   stride_om, pid_k, split_k, pid_m * tl.num_programs(0) + pid_n, SPLIT, HAS_BIAS)  # fmt: skip
 
 
-def _sms(device: torch.device) -> int:
+def multiprocessors(device: torch.device) -> int:
+    """The GPU's multiprocessor count, which `config_for` sizes the split by (8 off the GPU)."""
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
 
 
@@ -99,7 +100,7 @@ def linear(
     if weight.stride(-1) != 1:
         weight = weight.contiguous()
     if cfg is None:
-        cfg = config_for(n, k, _sms(x.device))
+        cfg = config_for(n, k, multiprocessors(x.device))
     steps = triton.cdiv(k, cfg.block_k)
     split = max(1, min(cfg.split_k, steps))
     grid = (triton.cdiv(n, cfg.block_n), split, 1)
