@@ -4,7 +4,7 @@ commands: plain decoding with specq's kernel and with LMDeploy's Triton kernel, 
 and flash-linear-attention for Qwen3.5) and, for speculation, FlashAttention-3 (`specq fa3 build`).
 
     python benchmarks/gpu.py w4a16-e2e --out /tmp/w4e2e --report-dir "$OUT" [--budget 540]
-        [--waves 'plain:specq,plain:lmdeploy;mtp1,mtp2,mtp3;dflash3,dflash7,dflash15'] [--bf16]
+        [--waves 'plain:specq,plain:lmdeploy;mtp1,mtp2,mtp3;dflash3,dflash7,dflash15'] [--bf16] [--alt DIR]
 
 --out holds the twin (about 20 GB; kept off the fetched directory); --report-dir the small files.
 
@@ -17,7 +17,9 @@ and flash-linear-attention for Qwen3.5) and, for speculation, FlashAttention-3 (
   greedy tokens each, `--ignore-eos`, warm-up to steady state, 2 trials of a plain server, 1 of a
   speculative one) while the others sit idle, and
   they stop. A server is `plain:KERNEL` (k = 0 with engine.w4a16_kernel = KERNEL), `mtpK` or `dflashK`
-  (specq's kernel, K draft tokens).
+  (specq's kernel, K draft tokens), or `alt`: plain with specq's kernel, run by another build of specq, the
+  directory --alt first on the server's PYTHONPATH (it holds that build's `specq` package), so that two builds
+  start together and are benched alike (an A/B of a change to the kernel or the compatibility patch).
 
 Outputs in --report-dir: e2e.json (whether FlashAttention-3 imports where the servers run, which LMDeploy
 then uses for attention in plain decoding too; every server's start time, decode rate, τ and step cost
@@ -56,10 +58,12 @@ def parse_server(item: str) -> dict[str, Any]:
         return {"name": item.replace(":", "-"), "kind": "plain", "k": 0, "kernel": item.split(":", 1)[1]}
     if item == "bf16":
         return {"name": "bf16", "kind": "bf16", "k": 0, "kernel": None}
+    if item == "alt":
+        return {"name": "alt", "kind": "plain", "k": 0, "kernel": "specq", "alt": True}
     for kind in ("mtp", "dflash"):
         if item.startswith(kind) and item[len(kind) :].isdigit():
             return {"name": item, "kind": kind, "k": int(item[len(kind) :]), "kernel": "specq"}
-    raise ValueError(f"unknown server {item!r}: plain:KERNEL, bf16, mtpK or dflashK")
+    raise ValueError(f"unknown server {item!r}: plain:KERNEL, bf16, alt, mtpK or dflashK")
 
 
 def parse_waves(text: str) -> list[list[dict[str, Any]]]:
@@ -118,7 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--waves", default=WAVES)
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--trials", type=int, default=2)
+    ap.add_argument(
+        "--alt", type=Path, help="the `alt` server's specq: a directory holding a `specq` package"
+    )
     args = ap.parse_args(argv)
+    waves = parse_waves(args.waves)
+    if any(s.get("alt") for wave in waves for s in wave) and not (args.alt and (args.alt / "specq").is_dir()):
+        ap.error("the `alt` server needs --alt DIR, a directory with another build's `specq` package in it")
     deadline = time.monotonic() + args.budget
     out, rep = args.out, args.report_dir
     out.mkdir(parents=True, exist_ok=True)
@@ -141,7 +151,6 @@ def main(argv: list[str] | None = None) -> int:
         ), rep, 300, deadline, 60)  # fmt: skip
         log.append(res)
         save()
-    waves = parse_waves(args.waves)
     if args.bf16:
         if not bf16.exists():
             log.append(budgeted_step("twin-bf16", specq(
@@ -165,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
             env = dict(os.environ)
             if s["kernel"]:
                 env["SPECQ_ENGINE__W4A16_KERNEL"] = s["kernel"]
+            if s.get("alt"):
+                env["PYTHONPATH"] = os.pathsep.join(
+                    p for p in (str(args.alt.resolve()), env.get("PYTHONPATH")) if p
+                )
             cmd = serve_cmd(s, twin, bf16, s["port"], out / f"serve-{s['name']}")
             procs.append(
                 (

@@ -18,6 +18,15 @@ def test_the_waves_name_each_server_and_an_unknown_one_is_refused() -> None:
     assert waves[0][1] == {"name": "mtp3", "kind": "mtp", "k": 3, "kernel": "specq"}
     with pytest.raises(ValueError, match="unknown server"):
         E.parse_server("eagle3")
+    assert E.parse_server("alt") == {"name": "alt", "kind": "plain", "k": 0, "kernel": "specq", "alt": True}
+
+
+def test_an_alt_server_needs_a_directory_with_a_specq_package(tmp_path: Path, capsys) -> None:
+    args = ["--out", str(tmp_path / "w"), "--report-dir", str(tmp_path / "r"), "--waves", "plain:specq,alt"]
+    with pytest.raises(SystemExit) as exc:
+        E.main([*args, "--alt", str(tmp_path)])
+    assert exc.value.code == 2 and "needs --alt DIR" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()  # refused before anything ran
 
 
 def test_the_report_says_whether_flash_attention_3_is_on_the_servers_path(tmp_path: Path) -> None:
