@@ -297,10 +297,16 @@ def main(argv: list[str] | None = None) -> int:
         n, k, per_step = SHAPES[name]
         copies = max(2, math.ceil(ROTATE_BYTES / awq_bytes(n, k)))
         awq = [rand_awq(n, k, "cuda") for _ in range(copies)]
-        if args.families:
+        if args.families and time.time() - t0 > args.budget:
+            result["errors"][f"{name}/families"] = "skipped: out of budget"
+        elif args.families:
             t = time.time()
             result.setdefault("families", {})[name] = family_sweep(W.pack(*awq[0]), dtype, args.iters)
-            print(f"families {name}: {time.time() - t:.0f} s", file=sys.stderr, flush=True)
+            # written after each shape, so that a run stopped part-way keeps the shapes it swept
+            families = json.dumps(result["families"], indent=1)
+            (args.out / "w4a16_families.json").write_text(families, encoding="utf-8")
+            table = "\n".join(family_table({name: result["families"][name]}))
+            print(f"families {name}: {time.time() - t:.0f} s\n{table}", file=sys.stderr, flush=True)
         if args.tune and "specq" in kernels:
             cands = W.CANDIDATES if args.candidates == "all" else W.QUICK_CANDIDATES
             t = time.time()
@@ -360,9 +366,6 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     (args.out / "w4a16_kernel.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
-    if args.families:
-        families = json.dumps(result["families"], indent=1)
-        (args.out / "w4a16_families.json").write_text(families, encoding="utf-8")
     if args.tune:
         cache = W.cache_file(torch.device("cuda"))
         if cache.exists():
