@@ -7,7 +7,8 @@ and it may take another algorithm for 4 rows than for 1, so a verify step's gate
 decoding's bits. This kernel computes outᵀ = W · xᵀ for up to 16 rows in one launch: the rows padded to 16
 in one tensor-core dot (each row's sums never see another row, so a row is the same bits among 1 or 16), K
 split across blocks whose fp32 partial sums the tile's last block adds in split order (no atomics on the
-data: `w4a16._finish`). More rows (prefill) go to `F.linear`."""
+data: `w4a16._finish`). More rows (prefill) go to `F.linear`. On one GPU specq's `w4a16-specq` patch of
+LMDeploy runs a dense Qwen3.5's `in_proj_ba` on it (engines/lmdeploy_compat; measured in docs/w4a16.md)."""
 
 from __future__ import annotations
 

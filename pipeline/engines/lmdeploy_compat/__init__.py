@@ -29,7 +29,8 @@ The third, `w4a16-specq` (0.18.0 only; engine.w4a16_kernel, default `auto`: on w
 `backends/cuda/awq_modules.py` build specq's own W4A16 linear (`pipeline/kernels/lmdeploy_w4a16.py`) for
 every 4-bit AWQ layer the PyTorch engine loads: deterministic and M-invariant, for decode's 1-16 rows
 (docs/w4a16.md); and `models/qwen3_5.py` run a dense Qwen3.5's `in_proj_qkv` and `in_proj_z` as one linear on
-one GPU (one launch a Gated DeltaNet layer instead of two; docs/lmdeploy-patch.md).
+one GPU (one launch a Gated DeltaNet layer instead of two) and its 16-bit gates `in_proj_ba` on specq's skinny
+linear (pipeline/kernels/skinny.py; docs/lmdeploy-patch.md).
 
 The fourth, `dflash-awq` (0.18.0 only), serves a 4-bit (AWQ gemm) DFlash drafter: the DFlash proposer
 (`spec_decode/proposers/dflash.py`) builds the drafter under the target's build context, whose

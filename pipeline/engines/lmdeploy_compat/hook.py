@@ -80,7 +80,8 @@ PATCHES = {
     ),
     # engine.w4a16_kernel = specq (the default where it applies): the PyTorch engine's W4A16 linears run
     # specq's deterministic kernel (specq.pipeline.kernels.w4a16) instead of LMDeploy's Triton AWQ kernel,
-    # and on one GPU a dense Qwen3.5's Gated DeltaNet runs in_proj_qkv and in_proj_z as one linear
+    # and on one GPU a dense Qwen3.5's Gated DeltaNet runs in_proj_qkv and in_proj_z as one linear and its
+    # 16-bit gates in_proj_ba on specq's skinny linear (specq.pipeline.kernels.skinny)
     "w4a16-specq": Patch(
         name="w4a16-specq",
         version="0.18.0",
@@ -92,7 +93,7 @@ PATCHES = {
             ),
             "lmdeploy/pytorch/models/qwen3_5.py": (
                 "7248df2de93fb44ffce7570a7b5d174b7fb2df007bc545774ef4611eef583657",
-                "94de520f0279ee256c9765f1407f80956206c622f9303950fa1fb849262b72d3",
+                "8280b3ed57680a6fad9700e6cea638c2675a46a56fdcfb212b9d8c503f6d9ca9",
             ),
         },
     ),

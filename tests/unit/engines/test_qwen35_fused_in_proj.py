@@ -2,7 +2,8 @@
 PyTorch engine's Python modules; no GPU): in a child process started the way specq starts LMDeploy, the
 patched `Qwen3_5GatedDeltaNet` is built fused and unfused under an AWQ build context, both load the same AWQ
 checkpoint tensors through `Qwen3_5ForConditionalGeneration.load_weights`, and the fused linear and the
-layer's forward give the unfused bits (specq's W4A16 linear under Triton's interpreter). The convolution, the
+layer's forward give the unfused bits (specq's W4A16 linear under Triton's interpreter; the fused layer's
+16-bit gates run specq's skinny linear, the unfused layer's LMDeploy's `F.linear`). The convolution, the
 recurrence and the gated norm, which the patch does not touch and which need a GPU, are stood in for. CI's
 machines have no LMDeploy 0.18.0 (its wheels are CUDA builds from LMDeploy's own index), so there the patched
 text is checked instead (test_lmdeploy_w4a16_patch.py)."""
@@ -28,7 +29,7 @@ import lmdeploy.pytorch.models.qwen3_5 as M
 from lmdeploy.pytorch.config import QuantizationConfig
 from lmdeploy.pytorch.model_inputs import BuildModelContext
 from lmdeploy.pytorch.models.patch import build_model_context
-from specq.pipeline.kernels import w4a16 as W
+from specq.pipeline.kernels import skinny as K, w4a16 as W
 
 torch.manual_seed(0)
 
@@ -82,13 +83,25 @@ load(fused)
 load(plain)
 x = torch.randn(1, 3, 256).bfloat16()
 lin = fused.in_proj_qkvz(x)
+skinny_linear, calls = K.linear, []
+K.linear = lambda *a, **k: calls.append(a[0].shape) or skinny_linear(*a, **k)
+plain_out = plain(x, (None, None), None)  # LMDeploy's gates: F.linear
+plain_calls = len(calls)
+fused_out = fused(x, (None, None), None)
+fused_calls = len(calls) - plain_calls
+# the unfused layer with its gates on the skinny linear: the fused layer's bits
+w_ba = plain.in_proj_ba.weight
+ref = x.float() @ w_ba.float().T
+plain.in_proj_ba.forward = lambda h: skinny_linear(h, w_ba)
 print(json.dumps({
     "patched": getattr(M, "__specq_compat__", None),
     "fused": sorted(n for n, _ in fused.named_children()),
     "plain": sorted(n for n, _ in plain.named_children()),
     "impl": type(fused.in_proj_qkvz.impl).__name__, "shape": list(lin.shape),
     "linear_equal": torch.equal(lin, torch.cat([plain.in_proj_qkv(x), plain.in_proj_z(x)], -1)),
-    "forward_equal": torch.equal(fused(x, (None, None), None), plain(x, (None, None), None)),
+    "skinny": [fused.skinny_ba, plain.skinny_ba], "calls": [plain_calls, fused_calls],
+    "gates_err": ((skinny_linear(x, w_ba).float() - ref).abs().max() / ref.abs().max()).item(),
+    "forward_equal": torch.equal(fused_out, plain(x, (None, None), None)),
 }))
 """
 
@@ -112,3 +125,7 @@ def test_the_fused_layer_loads_and_computes_the_unfused_bits(tmp_path) -> None:
     assert {"in_proj_qkv", "in_proj_z"} <= set(out["plain"]) and "in_proj_qkvz" not in out["plain"]
     assert out["impl"] == "SpecqAwqLinearW4A16Impl" and out["shape"] == [1, 3, 384]
     assert out["linear_equal"] and out["forward_equal"]
+    # the fused layer's gates (in_proj_ba, 16-bit) run specq's skinny linear, once a forward; the unfused
+    # layer's LMDeploy's own (F.linear)
+    assert out["skinny"] == [True, False] and out["calls"] == [0, 1]
+    assert out["gates_err"] < 1e-2  # the loaded gates, multiplied
