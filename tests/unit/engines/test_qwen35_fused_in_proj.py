@@ -1,9 +1,10 @@
 """The `w4a16-specq` patch's second file on LMDeploy 0.18.0's own code, where that LMDeploy imports (its
 PyTorch engine's Python modules; no GPU): in a child process started the way specq starts LMDeploy, the
 patched `Qwen3_5GatedDeltaNet` is built fused and unfused under an AWQ build context, both load the same AWQ
-checkpoint tensors through `Qwen3_5ForConditionalGeneration.load_weights`, and the fused linear and the
-layer's forward give the unfused bits (specq's W4A16 linear under Triton's interpreter; the fused layer's
-16-bit gates run specq's skinny linear, the unfused layer's LMDeploy's `F.linear`). The convolution, the
+checkpoint tensors through `Qwen3_5ForConditionalGeneration.load_weights`, the fused linear gives the unfused
+bits (specq's W4A16 linear under Triton's interpreter), the fused layer's 16-bit gates run specq's skinny
+linear (the unfused layer's LMDeploy's `F.linear`), and the fused layer's forward gives the unfused layer's
+bits once that layer's gates run the skinny linear too. The convolution, the
 recurrence and the gated norm, which the patch does not touch and which need a GPU, are stood in for. CI's
 machines have no LMDeploy 0.18.0 (its wheels are CUDA builds from LMDeploy's own index), so there the patched
 text is checked instead (test_lmdeploy_w4a16_patch.py)."""
