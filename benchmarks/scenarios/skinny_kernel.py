@@ -14,7 +14,6 @@ from typing import Any
 
 # (N, K, launches a step of the 27B)
 SHAPES: dict[str, tuple[int, int, int]] = {"in_proj_ba": (96, 5120, 48)}
-ROTATE_BYTES = 256 << 20
 OTHERS = {  # the shipped choice's neighbours: smaller k steps, more splits, fewer warps
     "k256-split20": {"block_k": 256, "split_k": 20},
     "k512-split5": {"block_k": 512, "split_k": 5},
@@ -31,9 +30,8 @@ def measure(name: str, n: int, k: int, rows: list[int]) -> dict[str, Any]:
 
     dev = torch.device("cuda")
     torch.manual_seed(0)
-    copies = [
-        (torch.randn(n, k, device=dev) * 0.02).bfloat16() for _ in range(max(1, ROTATE_BYTES // (n * k * 2)))
-    ]
+    count = max(1, W.ROTATE_BYTES // (n * k * 2))  # bf16 copies that outsize the L2
+    copies = [(torch.randn(n, k, device=dev) * 0.02).bfloat16() for _ in range(count)]
     w = copies[0]
     shipped = S.config_for(n, k, S.multiprocessors(dev))
     configs = {"shipped": shipped, **{label: S.Config(**kw) for label, kw in OTHERS.items()}}

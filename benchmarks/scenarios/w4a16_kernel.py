@@ -69,7 +69,6 @@ STEPS: dict[str, tuple[str, ...]] = {
     "separate": ("gate_up", "down", "in_proj_qkv", "in_proj_z", "out_proj/o_proj", "qkv_proj"),
 }
 GROUP = 128
-ROTATE_BYTES = 256 << 20
 
 
 def awq_bytes(n: int, k: int, group: int = GROUP) -> int:
@@ -295,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     for name in names:
         n, k, per_step = SHAPES[name]
-        copies = max(2, math.ceil(ROTATE_BYTES / awq_bytes(n, k)))
+        copies = max(2, math.ceil(W.ROTATE_BYTES / awq_bytes(n, k)))
         awq = [rand_awq(n, k, "cuda") for _ in range(copies)]
         if args.families and time.time() - t0 > args.budget:
             result["errors"][f"{name}/families"] = "skipped: out of budget"
