@@ -16,6 +16,7 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     "qwen35-load-probe": ("qwen35_load_probe", "convert's Qwen3.5 verdicts against LMDeploy's own load"),
     "gptq-toy": ("gptq_toy", "(CPU) the GPTQ toy target that `check` and tests/gpu load without gptqmodel"),
     "w4a16-kernel": ("w4a16_kernel", "specq's W4A16 kernel against LMDeploy's, tinygemm, gemlite, Marlin"),
+    "w4a16-ceiling": ("w4a16_ceiling", "how much of the W4A16 kernel's time is reading its weights"),
     "w4a16-e2e": ("w4a16_e2e", "the 27B-AWQ twin served with each W4A16 kernel, plain and speculating"),
     "skinny-kernel": (
         "skinny_kernel",
