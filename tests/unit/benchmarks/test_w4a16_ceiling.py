@@ -62,6 +62,7 @@ def test_the_probe_reads_every_word_of_each_split_once() -> None:
 def test_the_report_gives_each_launch_its_time_and_rate() -> None:
     result = {
         "gpu": "GPU",
+        "l2_mb": 50.0,
         "date": "2026-12-07",
         "shapes": {
             "gate_up": {
@@ -74,5 +75,6 @@ def test_the_report_gives_each_launch_its_time_and_rate() -> None:
         },
     }
     md = C.table(result)
+    assert "L2: 50 MiB." in md
     assert "gate_up (34816×5120, 92.8 MB), shipped configuration n64-s4-w4-st1-p0-g2-r96" in md
     assert "| kernel (shipped) | 38.00 | 2.44 |" in md and "| probe: words | 24.00 | 3.87 |" in md
