@@ -420,6 +420,20 @@ def _group(acc, words, z, s, xt, DEQUANT: tl.constexpr, DOT_FP32: tl.constexpr, 
 
 
 @triton.jit
+def _groups(acc, c0, z0, s0, x0, c1, z1, s1, x1, c2, z2, s2, x2, c3, z3, s3, x3, DEQUANT: tl.constexpr,
+            DOT_FP32: tl.constexpr, DTYPE: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr,
+            ORDER: tl.constexpr, GPI: tl.constexpr):  # fmt: skip
+    """`_group` of an iteration's GPI groups, in order."""
+    acc = _group(acc, c0, z0, s0, x0, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER)
+    if GPI >= 2:
+        acc = _group(acc, c1, z1, s1, x1, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER)
+    if GPI >= 4:
+        acc = _group(acc, c2, z2, s2, x2, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER)
+        acc = _group(acc, c3, z3, s3, x3, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER)
+    return acc
+
+
+@triton.jit
 def _w4a16_kernel(
     x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
     M, N, K, stride_xm, stride_om, split_k,
@@ -434,7 +448,9 @@ def _w4a16_kernel(
     Split-K (SPLIT): each block writes its fp32 partial sums to the workspace and counts itself done on its
     tile's counter; the block that counts last adds the tile's partial sums in split order (the same sum
     whichever block that is) and sets the counter back to 0 for the next launch. EVEN: the splits divide the
-    groups, and the groups an iteration a split's, so no load but a prefetch past the split needs a mask."""
+    groups, and the groups an iteration a split's, so no load but a prefetch past the split needs a mask.
+    Without prefetch no load has a mask at all: a split's whole iterations run first and its last groups
+    (fewer than GPI; none when EVEN) one at a time after them, in the same order."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -480,10 +496,10 @@ def _w4a16_kernel(
             nz0, ns0, nx0, nz1, ns1, nx1, nz2, ns2, nx2, nz3, ns3, nx3 = _inputs(
                 g_begin, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, GPI, EVEN,
                 PREFETCH == 3)  # fmt: skip
-    for g in range(g_begin, g_end, GPI):
-        # every input of the iteration's groups is asked for before the first group is computed
-        if PREFETCH:  # what was loaded ahead is taken, and the next iteration's is asked for (its groups may
-            # be past the split)
+    if PREFETCH:
+        for g in range(g_begin, g_end, GPI):
+            # every input of the iteration's groups is asked for before the first group is computed; what was
+            # loaded ahead is taken, and the next iteration's is asked for (its groups may be past the split)
             c0, c1, c2, c3 = n0, n1, n2, n3
             if PREFETCH >= 2:
                 z0, s0, x0, z1, s1, x1 = nz0, ns0, nx0, nz1, ns1, nx1
@@ -495,18 +511,30 @@ def _w4a16_kernel(
                 nz0, ns0, nx0, nz1, ns1, nx1, nz2, ns2, nx2, nz3, ns3, nx3 = _inputs(
                     g + GPI, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, GPI, False,
                     PREFETCH == 3)  # fmt: skip
-        else:
-            c0, c1, c2, c3 = _words(g, g_end, w_ptrs, gstride, zero_w, GPI, EVEN, NW, R, WPC)
-        if PREFETCH < 2:
+            else:
+                z0, s0, x0, z1, s1, x1, z2, s2, x2, z3, s3, x3 = _inputs(
+                    g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, GPI, EVEN, True
+                )
+            acc = _groups(acc, c0, z0, s0, x0, c1, z1, s1, x1, c2, z2, s2, x2, c3, z3, s3, x3, DEQUANT,
+                          DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER, GPI)  # fmt: skip
+    else:
+        # whole iterations of GPI groups, every one in the split (no masks), then the split's last groups one
+        # at a time: the groups are added in the same order either way, so the same bits at any GPI
+        g_whole = g_end - (tl.maximum(g_end - g_begin, 0) & (GPI - 1))  # GPI is 1, 2 or 4
+        for g in range(g_begin, g_whole, GPI):
+            c0, c1, c2, c3 = _words(g, g_end, w_ptrs, gstride, zero_w, GPI, True, NW, R, WPC)
             z0, s0, x0, z1, s1, x1, z2, s2, x2, z3, s3, x3 = _inputs(
-                g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, GPI, EVEN, True
+                g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, GPI, True, True
             )
-        acc = _group(acc, c0, z0, s0, x0, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER)
-        if GPI >= 2:
-            acc = _group(acc, c1, z1, s1, x1, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER)
-        if GPI >= 4:
-            acc = _group(acc, c2, z2, s2, x2, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER)
-            acc = _group(acc, c3, z3, s3, x3, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER)
+            acc = _groups(acc, c0, z0, s0, x0, c1, z1, s1, x1, c2, z2, s2, x2, c3, z3, s3, x3, DEQUANT,
+                          DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER, GPI)  # fmt: skip
+        if GPI > 1 and not EVEN:  # (EVEN: no group is left)
+            for g in range(g_whole, g_end):
+                c0, c1, c2, c3 = _words(g, g_end, w_ptrs, gstride, zero_w, 1, True, NW, R, WPC)
+                z0, s0, x0, z1, s1, x1, z2, s2, x2, z3, s3, x3 = _inputs(
+                    g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, 1, True, True
+                )
+                acc = _group(acc, c0, z0, s0, x0, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER)
 
     _finish(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs_m, m_ok, M, N, stride_om,
             pid_k, split_k, pid_m * tl.num_programs(0) + pid_n, SPLIT, HAS_BIAS)  # fmt: skip

@@ -40,6 +40,16 @@ CASES = [
         W.Config(block_n=32, num_warps=2, prefetch=False, gpi=4),
         False,
     ),
+    (  # 5 groups in splits of 2, 2, 1 and none: whole iterations, a last group alone, and an empty split
+        "bf16-split4-gpi2-tail-and-empty-split",
+        640,
+        64,
+        3,
+        torch.bfloat16,
+        128,
+        W.Config(block_n=64, split_k=4, gpi=2, prefetch=0),
+        False,
+    ),
     ("bf16-prefill-20", 256, 64, 20, torch.bfloat16, 32, W.Config(block_n=64, split_k=2, gpi=1), False),
     ("bf16-prefill-70", 256, 48, 70, torch.bfloat16, 128, W.Config(block_n=64), True),
 ]

@@ -33,6 +33,7 @@ CASES = [
     "bf16-one-row",
     "bf16-split3-gpi4-ragged-n",
     "fp16-16-rows-g64",
+    "bf16-split4-gpi2-tail-and-empty-split",
     "bf16-prefill-20",
     "bf16-prefill-70",
 ]
