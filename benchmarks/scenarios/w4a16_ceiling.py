@@ -74,13 +74,14 @@ def probe(p: Any, split_k: int, block_n: int, num_warps: int, gpi: int, zs: bool
     words of each split XORed (and, with zs, Σ z·s of its groups added)."""
     import torch
 
-    n, groups = p.n, p.qweight.shape[0]
-    split = max(1, min(split_k, groups))
-    per = -(-groups // split)
+    from specq.pipeline.kernels import w4a16 as W
+
+    n = p.n
+    split, even = W.splits(p.qweight.shape[0], split_k, gpi)  # the kernel's own splits
     out = torch.empty((split, n), dtype=torch.int32, device=p.qweight.device)
     _probe_kernel[(triton.cdiv(n, block_n), split)](
         p.qweight, p.scales, p.zeros, out, n, p.k, split, GROUP=p.group, BLOCK_N=block_n, GPI=gpi, ZS=zs,
-        EVEN=groups % split == 0 and per % gpi == 0, num_warps=num_warps,
+        EVEN=even, num_warps=num_warps,
     )  # fmt: skip
     return out
 

@@ -609,13 +609,19 @@ def _tile_counters(device: torch.device, tiles: int) -> torch.Tensor:
         return buf
 
 
+def splits(groups: int, split_k: int, gpi: int) -> tuple[int, bool]:
+    """The number of splits a launch runs over a layer's `groups` (split_k, at most one a group), and whether
+    they are even: every split the same whole number of iterations of `gpi` groups (the kernel's EVEN)."""
+    split = max(1, min(split_k, groups))
+    return split, groups % split == 0 and (groups // split) % gpi == 0
+
+
 def _launch(
     x2: torch.Tensor, p: PackedW4, bias: torch.Tensor | None, cfg: Config, block_m: int, dequant: int
 ) -> torch.Tensor:
     m, n, k = x2.shape[0], p.n, p.k
     out = torch.empty((m, n), dtype=x2.dtype, device=x2.device)
-    groups = k // p.group
-    split = max(1, min(cfg.split_k, groups))
+    split, even = splits(k // p.group, cfg.split_k, cfg.gpi)
     grid = (triton.cdiv(n, cfg.block_n), split, triton.cdiv(m, block_m))
     if split > 1:
         ws = torch.empty((split, m, n), dtype=torch.float32, device=x2.device)
@@ -648,7 +654,7 @@ def _launch(
         PREFETCH=cfg.prefetch,
         GPI=cfg.gpi,
         DOT_FP32=INTERPRET,
-        EVEN=groups % split == 0 and (groups // split) % cfg.gpi == 0,
+        EVEN=even,
         ORDER=p.order,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
