@@ -30,7 +30,7 @@ def measure(name: str, n: int, k: int, rows: list[int]) -> dict[str, Any]:
 
     dev = torch.device("cuda")
     torch.manual_seed(0)
-    count = max(1, W.ROTATE_BYTES // (n * k * 2))  # bf16 copies that outsize the L2
+    count = W.copies_to_rotate(n * k * 2)  # bf16 copies that outsize the L2
     copies = [(torch.randn(n, k, device=dev) * 0.02).bfloat16() for _ in range(count)]
     w = copies[0]
     shipped = S.config_for(n, k, S.multiprocessors(dev))

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import math
 import sys
 import time
 import traceback
@@ -294,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     for name in names:
         n, k, per_step = SHAPES[name]
-        copies = max(2, math.ceil(W.ROTATE_BYTES / awq_bytes(n, k)))
+        copies = W.copies_to_rotate(awq_bytes(n, k), least=2)
         awq = [rand_awq(n, k, "cuda") for _ in range(copies)]
         if args.families and time.time() - t0 > args.budget:
             result["errors"][f"{name}/families"] = "skipped: out of budget"

@@ -804,6 +804,12 @@ def config_for(n: int, k: int, device: torch.device, group: int = 128) -> Config
 ROTATE_BYTES = 256 << 20  # more weights than any L2 holds: each timed launch reads its copy from memory
 
 
+def copies_to_rotate(nbytes: int, least: int = 1) -> int:
+    """How many copies of a layer of `nbytes` make ROTATE_BYTES at least (and `least` at least), so that
+    launches timed one after another over them each read their copy from memory, not the L2."""
+    return max(least, -(-ROTATE_BYTES // nbytes))
+
+
 # a GPU that was idle runs slow for a while: on the H100 (2026-12-07) the benchmark's first timings after its
 # checks read 2-11 % slow even after 20 ms of replays, and not when another kernel had run first; so a graph
 # is replayed for WARM_MS before it is timed, and a series of timings starts with COLD_MS of load
@@ -852,7 +858,7 @@ def rotating_copies(p: PackedW4) -> list[PackedW4]:
     nbytes = p.qweight.numel() * 4 + p.scales.numel() * 2 + p.zeros.numel()
     return [p] + [
         PackedW4(p.qweight.clone(), p.scales.clone(), p.zeros.clone(), p.group, p.order)
-        for _ in range(max(1, -(-ROTATE_BYTES // nbytes)) - 1)
+        for _ in range(copies_to_rotate(nbytes) - 1)
     ]
 
 

@@ -206,3 +206,18 @@ def test_a_cached_boolean_prefetch_reads_as_its_level() -> None:
     assert W.Config(prefetch=True) == W.Config(prefetch=1)
     assert W.Config(prefetch=True).key().endswith("-p1-g2")
     assert W.Config(prefetch=False).prefetch == 0
+
+
+def test_timed_copies_outsize_the_l2_together_and_not_by_more_than_one_copy(monkeypatch) -> None:
+    for nbytes in (96 * 5120 * 2, 27 << 20, W.ROTATE_BYTES, W.ROTATE_BYTES + 1, 3 * W.ROTATE_BYTES):
+        count = W.copies_to_rotate(nbytes)
+        assert count * nbytes >= W.ROTATE_BYTES
+        assert count == 1 or (count - 1) * nbytes < W.ROTATE_BYTES
+    assert W.copies_to_rotate(3 * W.ROTATE_BYTES, least=2) == 2
+    monkeypatch.setattr(W, "ROTATE_BYTES", 100_000)  # a layer's worth of copies, not 256 MB's
+    k, n, group = 256, 64, 128
+    q = torch.randint(0, 16, (k, n), dtype=torch.uint8)
+    z = torch.randint(0, 16, (k // group, n), dtype=torch.uint8)
+    p = W.pack(W.pack_awq(q), W.pack_awq(z), torch.rand(k // group, n).half())
+    copies = W.rotating_copies(p)
+    assert len(copies) == W.copies_to_rotate(p.qweight.numel() * 4 + p.scales.numel() * 2 + p.zeros.numel())
