@@ -15,10 +15,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
 import triton
 import triton.language as tl
 
-from .w4a16_kernel import SHAPES, awq_bytes
+from specq.pipeline.kernels import w4a16 as W
+
+from .w4a16_kernel import SHAPES, awq_bytes, rand_awq
 
 DEFAULT_SHAPES = "gate_up,down,in_proj_qkv,in_proj_qkvz"
 # probe variants beside the shipped grid: (label, block_n, num_warps, groups an iteration (0: the shipped
@@ -43,9 +46,7 @@ def _probe_kernel(qw_ptr, s_ptr, z_ptr, out_ptr, N, K, split_k, GROUP: tl.conste
     pid_k = tl.program_id(1)
     KW: tl.constexpr = GROUP // 8
     groups = K // GROUP
-    per_split = tl.cdiv(groups, split_k)
-    g_begin = pid_k * per_split
-    g_end = tl.minimum(g_begin + per_split, groups)
+    g_begin, g_end = W._split(pid_k, groups, split_k)  # the kernel's own split
     rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rows = tl.where(rows < N, rows, 0)
     cw = tl.arange(0, KW)
@@ -72,10 +73,6 @@ def _probe_kernel(qw_ptr, s_ptr, z_ptr, out_ptr, N, K, split_k, GROUP: tl.conste
 def probe(p: Any, split_k: int, block_n: int, num_warps: int, gpi: int, zs: bool) -> Any:
     """One probe launch over the packed layer `p` (`w4a16.PackedW4`): int32 [split_k, N], each column's
     words of each split XORed (and, with zs, Σ z·s of its groups added)."""
-    import torch
-
-    from specq.pipeline.kernels import w4a16 as W
-
     n = p.n
     split, even = W.splits(p.qweight.shape[0], split_k, gpi)  # the kernel's own splits
     out = torch.empty((split, n), dtype=torch.int32, device=p.qweight.device)
@@ -87,12 +84,6 @@ def probe(p: Any, split_k: int, block_n: int, num_warps: int, gpi: int, zs: bool
 
 
 def measure(name: str, n: int, k: int) -> dict[str, Any]:
-    import torch
-
-    from specq.pipeline.kernels import w4a16 as W
-
-    from .w4a16_kernel import rand_awq
-
     dev = torch.device("cuda")
     torch.manual_seed(0)
     qweight, qzeros, scales = rand_awq(n, k, "cuda")
@@ -146,8 +137,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help=f"of {', '.join(SHAPES)}")
     args = ap.parse_args(argv)
-    import torch
-
     if not torch.cuda.is_available():
         raise SystemExit("w4a16-ceiling needs a CUDA GPU")
     names = [s.strip() for s in args.shapes.split(",") if s.strip()]

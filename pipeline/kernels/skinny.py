@@ -53,9 +53,7 @@ def _skinny_kernel(
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
     steps = tl.cdiv(K, BLOCK_K)
-    per_split = tl.cdiv(steps, split_k)
-    s_begin = pid_k * per_split
-    s_end = tl.minimum(s_begin + per_split, steps)
+    s_begin, s_end = w4a16._split(pid_k, steps, split_k)
 
     offs_n, n_ok, offs_nc, offs_m, m_ok = w4a16._tile(pid_n, pid_m, N, M, BLOCK_N, BLOCK_M)
     offs_k = tl.arange(0, BLOCK_K)

@@ -434,6 +434,21 @@ def _groups(acc, c0, z0, s0, x0, c1, z1, s1, x1, c2, z2, s2, x2, c3, z3, s3, x3,
 
 
 @triton.jit
+def _iteration(acc, g, g_end, w_ptrs, gstride, zero_w, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k,
+               GROUP: tl.constexpr, GPI: tl.constexpr, NW: tl.constexpr, R: tl.constexpr, WPC: tl.constexpr,
+               DEQUANT: tl.constexpr, DOT_FP32: tl.constexpr, DTYPE: tl.constexpr, BLOCK_N: tl.constexpr,
+               ORDER: tl.constexpr):  # fmt: skip
+    """acc plus the GPI groups from g, every one in the split (no masks), loaded together and added in
+    order: an iteration of the kernel's loop without prefetch."""
+    c0, c1, c2, c3 = _words(g, g_end, w_ptrs, gstride, zero_w, GPI, True, NW, R, WPC)
+    z0, s0, x0, z1, s1, x1, z2, s2, x2, z3, s3, x3 = _inputs(
+        g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, GPI, True, True
+    )
+    return _groups(acc, c0, z0, s0, x0, c1, z1, s1, x1, c2, z2, s2, x2, c3, z3, s3, x3, DEQUANT, DOT_FP32,
+                   DTYPE, BLOCK_N, GROUP, ORDER, GPI)  # fmt: skip
+
+
+@triton.jit
 def _w4a16_kernel(
     x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
     M, N, K, stride_xm, stride_om, split_k,
@@ -459,9 +474,7 @@ def _w4a16_kernel(
     KW: tl.constexpr = GROUP // 8
     DTYPE: tl.constexpr = x_ptr.dtype.element_ty
     groups = K // GROUP
-    per_split = tl.cdiv(groups, split_k)
-    g_begin = pid_k * per_split
-    g_end = tl.minimum(g_begin + per_split, groups)
+    g_begin, g_end = _split(pid_k, groups, split_k)
 
     # A group's words are loaded as [BLOCK_N rows rho, 4 WPC words (c, wi)], rho = g + 8 w + 8 NW j + 16 NW r
     # for row n = 16 NW r + 16 w + 8 j + g: Triton lays a contiguous 2-D load out as 16 bytes a thread, 4
@@ -522,22 +535,26 @@ def _w4a16_kernel(
         # at a time: the groups are added in the same order either way, so the same bits at any GPI
         g_whole = g_end - (tl.maximum(g_end - g_begin, 0) & (GPI - 1))  # GPI is 1, 2 or 4
         for g in range(g_begin, g_whole, GPI):
-            c0, c1, c2, c3 = _words(g, g_end, w_ptrs, gstride, zero_w, GPI, True, NW, R, WPC)
-            z0, s0, x0, z1, s1, x1, z2, s2, x2, z3, s3, x3 = _inputs(
-                g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, GPI, True, True
-            )
-            acc = _groups(acc, c0, z0, s0, x0, c1, z1, s1, x1, c2, z2, s2, x2, c3, z3, s3, x3, DEQUANT,
-                          DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER, GPI)  # fmt: skip
+            acc = _iteration(acc, g, g_end, w_ptrs, gstride, zero_w, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc,
+                             offs_k, GROUP, GPI, NW, R, WPC, DEQUANT, DOT_FP32, DTYPE, BLOCK_N,
+                             ORDER)  # fmt: skip
         if GPI > 1 and not EVEN:  # (EVEN: no group is left)
             for g in range(g_whole, g_end):
-                c0, c1, c2, c3 = _words(g, g_end, w_ptrs, gstride, zero_w, 1, True, NW, R, WPC)
-                z0, s0, x0, z1, s1, x1, z2, s2, x2, z3, s3, x3 = _inputs(
-                    g, g_end, z_ptr, frow, s_ptr, x_ptrs, N, offs_nc, offs_k, GROUP, 1, True, True
-                )
-                acc = _group(acc, c0, z0, s0, x0, DEQUANT, DOT_FP32, DTYPE, BLOCK_N, GROUP, ORDER)
+                acc = _iteration(acc, g, g_end, w_ptrs, gstride, zero_w, z_ptr, frow, s_ptr, x_ptrs, N,
+                                 offs_nc, offs_k, GROUP, 1, NW, R, WPC, DEQUANT, DOT_FP32, DTYPE, BLOCK_N,
+                                 ORDER)  # fmt: skip
 
     _finish(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs_m, m_ok, M, N, stride_om,
             pid_k, split_k, pid_m * tl.num_programs(0) + pid_n, SPLIT, HAS_BIAS)  # fmt: skip
+
+
+@triton.jit
+def _split(pid_k, count, split_k):
+    """Split pid_k's part [begin, end) of `count` steps of K (groups, or a skinny kernel's blocks of k): the
+    first splits take ceil(count / split_k) steps each, the last what is left (possibly none)."""
+    per_split = tl.cdiv(count, split_k)
+    begin = pid_k * per_split
+    return begin, tl.minimum(begin + per_split, count)
 
 
 @triton.jit
