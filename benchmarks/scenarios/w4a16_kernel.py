@@ -24,9 +24,10 @@ Marlin, when it is timed: its error, two runs and its rows alone against M = 16,
 with the configuration specq runs for that shape.
 
 `--families` times every family of the quick search (prefetch level, groups an iteration, register cap) at
-each split-K the shape divides into, at M = 1 and 16, with each configuration's bits checked against the first
-family's at the same split, and tables each family's best split per shape (DIR/w4a16_families.json, and a
-section of the tables).
+each split-K the shape divides into, and the balanced kernel's families (equal runs of groups a block), at
+M = 1 and 16, with each configuration's bits checked against the first family's at the same split (or the
+same blocks a multiprocessor), and tables each family's best split per shape (DIR/w4a16_families.json, and
+a section of the tables).
 
 `--tune` times every candidate configuration per shape first (`w4a16.tune`, 16 rows) and writes the choices to
 the kernel's cache file (and DIR/w4a16-tuned.json). Outputs: DIR/w4a16_kernel.json (every figure) and
@@ -375,26 +376,28 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def family(cfg: W.Config) -> str:
-    """A configuration less its split: prefetch level, groups an iteration, register cap (0: none)."""
-    return f"p{cfg.prefetch}-g{cfg.gpi}-r{cfg.maxnreg}"
+    """A configuration less its split: prefetch level, groups an iteration, register cap (0: none), and the
+    balanced kernel's blocks a multiprocessor."""
+    return f"p{cfg.prefetch}-g{cfg.gpi}-r{cfg.maxnreg}" + (f"-b{cfg.balanced}" if cfg.balanced else "")
 
 
 def family_sweep(p: W.PackedW4, dtype: torch.dtype, iters: int) -> list[dict[str, Any]]:
-    """Every configuration of the quick search whose split divides the layer's groups, timed at M = 1 and 16
-    over copies of `p` that outsize the L2 (`w4a16.rotating_copies`); `same_bits`: its outputs equal the
-    first family's at that split (prefetch, groups an iteration and register cap change no bit) and its row 0
-    alone equals row 0 of 16."""
+    """Every configuration of the quick search whose split divides the layer's groups, and the balanced
+    kernel's (`w4a16.BALANCED_CANDIDATES`), timed at M = 1 and 16 over copies of `p` that outsize the L2
+    (`w4a16.rotating_copies`); `same_bits`: its outputs equal the first family's at that split, or with the
+    same blocks a multiprocessor (prefetch, groups an iteration and register cap change no bit), and its row
+    0 alone equals row 0 of 16."""
     copies = W.rotating_copies(p)
     xs = {m: torch.randn(m, p.k, device="cuda", dtype=dtype) for m in (1, 16)}
-    first: dict[tuple[int, int], torch.Tensor] = {}
+    first: dict[tuple[int, int, int], torch.Tensor] = {}
     out: list[dict[str, Any]] = []
-    for cfg in W.QUICK_CANDIDATES:
+    for cfg in W.QUICK_CANDIDATES + W.BALANCED_CANDIDATES:
         if (p.k // p.group) % cfg.split_k:
             continue
         row: dict[str, Any] = {"family": family(cfg), "split": cfg.split_k, "same_bits": True}
         for m, x in xs.items():
             y = W.linear(x, p, cfg=cfg)
-            row["same_bits"] &= bool(torch.equal(y, first.setdefault((cfg.split_k, m), y)))
+            row["same_bits"] &= bool(torch.equal(y, first.setdefault((cfg.split_k, cfg.balanced, m), y)))
             if m > 1:
                 row["same_bits"] &= bool(torch.equal(W.linear(x[:1].contiguous(), p, cfg=cfg), y[:1]))
             ops = [lambda c=c, cfg=cfg, x=x: W.linear(x, c, cfg=cfg) for c in copies]

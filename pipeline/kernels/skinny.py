@@ -73,9 +73,8 @@ def _skinny_kernel(
                   stride_om, pid_k, split_k, pid_m * tl.num_programs(0) + pid_n, SPLIT, HAS_BIAS)  # fmt: skip
 
 
-def multiprocessors(device: torch.device) -> int:
-    """The GPU's multiprocessor count, which `config_for` sizes the split by (8 off the GPU)."""
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
+# the GPU's multiprocessor count, which `config_for` sizes the split by
+multiprocessors = w4a16.multiprocessors
 
 
 def linear(

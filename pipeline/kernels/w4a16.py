@@ -36,6 +36,9 @@ M-invariant with decode). Under Triton's interpreter (`TRITON_INTERPRET=1`, CPU 
 dequantize the same pairs of nibbles in plain Triton (`DEQUANT_PAIRS`); on the GPU inline PTX does it
 (`DEQUANT_ASM`); the three ways, with `DEQUANT_PURE`, give the same bits (tests; the GPU run: docs/w4a16.md).
 
+`Config.balanced` (not chosen by the tuner yet) runs the same loop over equal runs of the layer's groups, a
+whole number of blocks a multiprocessor, instead of a grid of whole tiles (`_w4a16_balanced_kernel`).
+
 `linear(x, packed)` is the entry point; `pack` repacks; `tune` chooses and caches a configuration per GPU
 and shape (`SPECQ_W4A16_CACHE`, default `${SPECQ_CACHE:-~/.cache/specq}/w4a16/<gpu>.json`)."""
 
@@ -71,6 +74,8 @@ class Config:
     maxnreg: int = (
         0  # registers a thread at most (0: the compiler's choice); fewer let more blocks share an SM
     )
+    balanced: int = 0  # blocks a multiprocessor of the balanced kernel (equal runs of groups; split_k
+    # unused); 0: the split-K grid of whole tiles
 
     def __post_init__(self) -> None:
         if self.block_n % (16 * self.num_warps) or self.gpi not in (1, 2, 4) or self.prefetch not in range(4):
@@ -78,6 +83,8 @@ class Config:
         object.__setattr__(self, "prefetch", int(self.prefetch))
         if self.maxnreg and not 24 <= self.maxnreg <= 255:
             raise ValueError(f"maxnreg must be 0 or 24..255: {self}")
+        if not 0 <= self.balanced <= 32:
+            raise ValueError(f"balanced must be 0 (split-K grid) or 1..32 blocks a multiprocessor: {self}")
 
     @property
     def rows_per_warp(self) -> int:
@@ -86,7 +93,9 @@ class Config:
     def key(self) -> str:
         return (
             f"n{self.block_n}-s{self.split_k}-w{self.num_warps}-st{self.num_stages}-p{int(self.prefetch)}"
-            f"-g{self.gpi}" + (f"-r{self.maxnreg}" if self.maxnreg else "")
+            f"-g{self.gpi}"
+            + (f"-r{self.maxnreg}" if self.maxnreg else "")
+            + (f"-b{self.balanced}" if self.balanced else "")
         )
 
 
@@ -456,25 +465,79 @@ def _w4a16_kernel(
     HAS_BIAS: tl.constexpr, DEQUANT: tl.constexpr, PREFETCH: tl.constexpr, GPI: tl.constexpr,
     DOT_FP32: tl.constexpr, EVEN: tl.constexpr, ORDER: tl.constexpr,
 ):  # fmt: skip
-    """One block of BLOCK_N = 16 NW R columns over one split of K, GPI groups an iteration: the GPI groups'
-    words are loaded together, each thread reading the 16-byte runs of the words its tensor-core fragments
-    need (PREFETCH, into registers one iteration ahead: 1 the words, 2 and the zero points and scales, 3 and
-    the activations); groups are added into the fp32 accumulator in order.
+    """One block of BLOCK_N = 16 NW R columns over one split of K (`_block_sums`, then `_finish`).
     Split-K (SPLIT): each block writes its fp32 partial sums to the workspace and counts itself done on its
     tile's counter; the block that counts last adds the tile's partial sums in split order (the same sum
-    whichever block that is) and sets the counter back to 0 for the next launch. EVEN: the splits divide the
-    groups, and the groups an iteration a split's, so no load but a prefetch past the split needs a mask.
-    Without prefetch no load has a mask at all: a split's whole iterations run first and its last groups
-    (fewer than GPI; none when EVEN) one at a time after them, in the same order."""
+    whichever block that is) and sets the counter back to 0 for the next launch."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
+    g_begin, g_end = _split(pid_k, K // GROUP, split_k)
+    acc = _block_sums(x_ptr, qw_ptr, s_ptr, z_ptr, M, N, stride_xm, pid_n, pid_m, g_begin, g_end, GROUP,
+                      BLOCK_M, NW, R, DEQUANT, PREFETCH, GPI, DOT_FP32, EVEN, ORDER)  # fmt: skip
+    offs_n, n_ok, offs_nc, offs_m, m_ok = _tile(pid_n, pid_m, N, M, 16 * NW * R, BLOCK_M)
+    _finish(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs_m, m_ok, M, N, stride_om,
+            pid_k, split_k, pid_m * tl.num_programs(0) + pid_n, SPLIT, HAS_BIAS)  # fmt: skip
+
+
+@triton.jit
+def _w4a16_balanced_kernel(
+    x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
+    M, N, K, stride_xm, stride_om, runs,
+    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, NW: tl.constexpr, R: tl.constexpr,
+    HAS_BIAS: tl.constexpr, DEQUANT: tl.constexpr, PREFETCH: tl.constexpr, GPI: tl.constexpr,
+    DOT_FP32: tl.constexpr, ORDER: tl.constexpr,
+):  # fmt: skip
+    """The same sums with the work dealt out evenly: the layer's tiles x groups, in tile-major order, are cut
+    into P = `runs` equal runs, one a block (P a whole number of blocks a multiprocessor, so
+    every multiprocessor gets the same number of groups to read, where a split-K grid of whole tiles leaves
+    some with a block more than others). A block's run covers the end of one tile, whole tiles, and the start
+    of another; a tile whole in one run is stored directly, one cut between runs is added up from the
+    runs' partial sums in run order by the last to finish (`_finish_part`). The cuts depend on N, K and P
+    only, never on M: M-invariant and deterministic as the split-K kernel is."""
+    pid = tl.program_id(0)
+    pid_m = tl.program_id(2)
+    BLOCK_N: tl.constexpr = 16 * NW * R
+    groups = K // GROUP
+    tiles = tl.cdiv(N, BLOCK_N)
+    units = tiles * groups
+    u0 = _run_start(pid, runs, units)
+    u1 = _run_start(pid + 1, runs, units)
+    t_first = u0 // groups
+    for t in range(t_first, (u1 + groups - 1) // groups):  # (no run is empty: runs <= tiles x groups)
+        g_begin = tl.maximum(u0, t * groups) - t * groups
+        g_end = tl.minimum(u1, t * groups + groups) - t * groups
+        pid_n = t
+        acc = _block_sums(x_ptr, qw_ptr, s_ptr, z_ptr, M, N, stride_xm, pid_n, pid_m, g_begin, g_end, GROUP,
+                          BLOCK_M, NW, R, DEQUANT, PREFETCH, GPI, DOT_FP32, False, ORDER)  # fmt: skip
+        offs_n, n_ok, offs_nc, offs_m, m_ok = _tile(pid_n, pid_m, N, M, BLOCK_N, BLOCK_M)
+        if (g_end - g_begin) == groups:  # the whole tile is this run's
+            _finish(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs_m, m_ok, M, N,
+                    stride_om, 0, 1, 0, False, HAS_BIAS)  # fmt: skip
+        else:
+            _finish_part(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs_m, m_ok, M, N,
+                         stride_om, pid, runs, t, t_first, units, groups, pid_m * tiles + pid_n, BLOCK_N,
+                         HAS_BIAS)  # fmt: skip
+
+
+@triton.jit
+def _block_sums(
+    x_ptr, qw_ptr, s_ptr, z_ptr, M, N, stride_xm, pid_n, pid_m, g_begin, g_end,
+    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, NW: tl.constexpr, R: tl.constexpr, DEQUANT: tl.constexpr,
+    PREFETCH: tl.constexpr, GPI: tl.constexpr, DOT_FP32: tl.constexpr, EVEN: tl.constexpr,
+    ORDER: tl.constexpr,
+):  # fmt: skip
+    """The fp32 sums [BLOCK_N, BLOCK_M] of column block pid_n, row block pid_m, over groups [g_begin, g_end),
+    GPI groups an iteration: the GPI groups' words are loaded together, each thread reading the 16-byte runs
+    of the words its tensor-core fragments need (PREFETCH, into registers one iteration ahead: 1 the words,
+    2 and the zero points and scales, 3 and the activations); groups are added into the fp32 accumulator in
+    order. EVEN: the groups are a whole number of iterations, so no load but a prefetch past g_end needs a
+    mask. Without prefetch no load has a mask at all: the whole iterations run first and the last groups
+    (fewer than GPI; none when EVEN) one at a time after them, in the same order."""
     BLOCK_N: tl.constexpr = 16 * NW * R
     WPC: tl.constexpr = GROUP // 32  # words of one column's group that one thread of its four reads
     KW: tl.constexpr = GROUP // 8
     DTYPE: tl.constexpr = x_ptr.dtype.element_ty
-    groups = K // GROUP
-    g_begin, g_end = _split(pid_k, groups, split_k)
 
     # A group's words are loaded as [BLOCK_N rows rho, 4 WPC words (c, wi)], rho = g + 8 w + 8 NW j + 16 NW r
     # for row n = 16 NW r + 16 w + 8 j + g: Triton lays a contiguous 2-D load out as 16 bytes a thread, 4
@@ -543,9 +606,7 @@ def _w4a16_kernel(
                 acc = _iteration(acc, g, g_end, w_ptrs, gstride, zero_w, z_ptr, frow, s_ptr, x_ptrs, N,
                                  offs_nc, offs_k, GROUP, 1, NW, R, WPC, DEQUANT, DOT_FP32, DTYPE, BLOCK_N,
                                  ORDER)  # fmt: skip
-
-    _finish(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs_m, m_ok, M, N, stride_om,
-            pid_k, split_k, pid_m * tl.num_programs(0) + pid_n, SPLIT, HAS_BIAS)  # fmt: skip
+    return acc
 
 
 @triton.jit
@@ -598,6 +659,50 @@ def _finish(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs
             tl.atomic_xchg(tile_cnt, 0, sem="relaxed", scope="gpu")  # ready for the next launch
 
 
+@triton.jit
+def _run_start(p, runs, units):
+    """The first unit (tile x groups + group) of run p of `runs` equal runs of `units`: p units // runs (the
+    product in 64 bits)."""
+    return ((p + tl.zeros((), dtype=tl.int64)) * units // runs).to(tl.int32)
+
+
+@triton.jit
+def _run_of(u, runs, units):
+    """The run that unit u is in: the last p with p units // runs <= u, ((u + 1) runs - 1) // units."""
+    return (((u + tl.zeros((), dtype=tl.int64) + 1) * runs - 1) // units).to(tl.int32)
+
+
+@triton.jit
+def _finish_part(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs_m, m_ok, M, N,
+                 stride_om, pid, P, t, t_first, units, groups, tile, BLOCK_N: tl.constexpr,
+                 HAS_BIAS: tl.constexpr):  # fmt: skip
+    """`_finish` for a run of the balanced kernel that covers part of tile t: its partial sums go to the
+    workspace [2 P, M, BLOCK_N] at slot 2 pid (its first tile) or 2 pid + 1 (its last), and the tile's last
+    run to count itself done adds the partial sums of the runs that cover the tile, in run order."""
+    mask = n_ok[:, None] & m_ok[None, :]
+    cols = offs_n - t * BLOCK_N
+    ws_tile = ws_ptr + offs_m[None, :] * BLOCK_N + cols[:, None]
+    slot = 2 * pid + (t != t_first)
+    tl.store(ws_tile + slot * M * BLOCK_N, acc, mask=mask)
+    tl.debug_barrier()  # every thread's partial sums are written before the run counts itself done
+    # the runs that cover tile t: run p covers units [p units // P, (p + 1) units // P), so unit u is run
+    # ((u + 1) P - 1) // units's
+    p_first = _run_of(t * groups, P, units)
+    p_last = _run_of(t * groups + groups - 1, P, units)
+    tile_cnt = cnt_ptr + tile
+    done = tl.atomic_add(tile_cnt, 1, sem="acq_rel", scope="gpu")  # orders the stores above before it
+    if done == p_last - p_first:  # the tile's last run: every run's partial sums are in the workspace
+        first = 2 * p_first + (t * groups > _run_start(p_first, P, units))  # p_first's slot for tile t
+        total = tl.load(ws_tile + first * M * BLOCK_N, mask=mask, other=0.0, cache_modifier=".cg")
+        for q in range(p_first + 1, p_last + 1):  # in run order: the same sum every time (each starts in t)
+            total += tl.load(ws_tile + 2 * q * M * BLOCK_N, mask=mask, other=0.0, cache_modifier=".cg")
+        if HAS_BIAS:
+            total += tl.load(bias_ptr + offs_nc).to(tl.float32)[:, None]
+        o_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
+        tl.store(o_ptrs, total.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.atomic_xchg(tile_cnt, 0, sem="relaxed", scope="gpu")  # ready for the next launch
+
+
 # --- launching ---
 
 DEFAULT = Config()
@@ -638,6 +743,19 @@ def _launch(
 ) -> torch.Tensor:
     m, n, k = x2.shape[0], p.n, p.k
     out = torch.empty((m, n), dtype=x2.dtype, device=x2.device)
+    extra = {"maxnreg": cfg.maxnreg} if cfg.maxnreg and not INTERPRET else {}
+    if cfg.balanced and m <= block_m:
+        runs = min(cfg.balanced * multiprocessors(x2.device), triton.cdiv(n, cfg.block_n) * (k // p.group))
+        ws = torch.empty((2 * runs, m, cfg.block_n), dtype=torch.float32, device=x2.device)
+        cnt = _tile_counters(x2.device, triton.cdiv(n, cfg.block_n))
+        _w4a16_balanced_kernel[(runs, 1, 1)](
+            x2, p.qweight, p.scales, p.zeros, bias if bias is not None else out, out, ws, cnt, m, n, k,
+            x2.stride(0), out.stride(0), runs, GROUP=p.group, BLOCK_M=block_m, NW=cfg.num_warps,
+            R=cfg.rows_per_warp, HAS_BIAS=bias is not None, DEQUANT=dequant, PREFETCH=cfg.prefetch,
+            GPI=cfg.gpi, DOT_FP32=INTERPRET, ORDER=p.order, num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages, **extra,
+        )  # fmt: skip
+        return out
     split, even = splits(k // p.group, cfg.split_k, cfg.gpi)
     grid = (triton.cdiv(n, cfg.block_n), split, triton.cdiv(m, block_m))
     if split > 1:
@@ -645,7 +763,6 @@ def _launch(
         cnt = _tile_counters(x2.device, grid[0] * grid[2])
     else:
         ws = cnt = out  # not read
-    extra = {"maxnreg": cfg.maxnreg} if cfg.maxnreg and not INTERPRET else {}
     _w4a16_kernel[grid](
         x2,
         p.qweight,
@@ -740,8 +857,21 @@ LOAD_CANDIDATES = tuple(
     for c in QUICK_CANDIDATES
     if (c.gpi > 1 and c.prefetch < 2) or (c.prefetch, c.gpi, c.maxnreg) in ((0, 1, 72), (2, 2, 128))
 )
+# the balanced kernel (equal runs of groups, `balanced` blocks a multiprocessor) in the families that fit 4 or
+# more blocks an SM without spilling in the loop (sm_90, Triton 3.6): timed by the benchmark's `--families`,
+# not yet among the tuner's candidates (not timed on a GPU yet)
+BALANCED_CANDIDATES = tuple(
+    Config(block_n=64, num_warps=4, gpi=gpi, maxnreg=r, prefetch=0, balanced=b)
+    for b, gpi, r in ((4, 2, 96), (5, 2, 96), (6, 1, 72), (7, 1, 72))
+)
 _lock = threading.Lock()
 _chosen: dict[str, Config] = {}
+
+
+def multiprocessors(device: torch.device) -> int:
+    """The GPU's multiprocessor count, which the balanced kernel's grid (and the skinny kernel's split) is
+    sized by (8 off the GPU)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
 
 
 def _gpu_name(device: torch.device) -> str:

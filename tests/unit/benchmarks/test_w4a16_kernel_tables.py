@@ -52,3 +52,5 @@ def test_a_family_is_a_configuration_less_its_split():
 
     assert B.family(W.Config(block_n=64, split_k=8, prefetch=2, gpi=1, maxnreg=80)) == "p2-g1-r80"
     assert len({B.family(c) for c in W.QUICK_CANDIDATES}) * 5 == len(W.QUICK_CANDIDATES)  # 5 splits each
+    assert B.family(W.Config(gpi=1, maxnreg=72, prefetch=0, balanced=7)) == "p0-g1-r72-b7"
+    assert len({B.family(c) for c in W.BALANCED_CANDIDATES}) == len(W.BALANCED_CANDIDATES)

@@ -50,6 +50,26 @@ CASES = [
         W.Config(block_n=64, split_k=4, gpi=2, prefetch=0),
         False,
     ),
+    (  # 3 tiles x 5 groups dealt into 8 runs (8 multiprocessors off the GPU): tiles cut between runs
+        "bf16-balanced-cut-tiles",
+        640,
+        96,
+        3,
+        torch.bfloat16,
+        128,
+        W.Config(block_n=32, num_warps=2, gpi=2, prefetch=0, balanced=1),
+        True,
+    ),
+    (  # 16 runs asked for, 15 groups in all: one group a run
+        "fp16-balanced-one-group-a-run",
+        640,
+        96,
+        2,
+        torch.float16,
+        128,
+        W.Config(block_n=32, num_warps=2, gpi=4, balanced=2),
+        False,
+    ),
     ("bf16-prefill-20", 256, 64, 20, torch.bfloat16, 32, W.Config(block_n=64, split_k=2, gpi=1), False),
     ("bf16-prefill-70", 256, 48, 70, torch.bfloat16, 128, W.Config(block_n=64), True),
 ]
@@ -89,7 +109,7 @@ def main() -> int:
             "deterministic": bool(torch.equal(y, W.linear(x, p, bias, cfg=cfg))),
             "pairs_equal_pure": bool(torch.equal(y, W.linear(x, p, bias, cfg=cfg, dequant=W.DEQUANT_PURE))),
         }
-        if cfg.split_k > 1 and m <= W.SMALL_M:  # the last block of each tile set its counter back
+        if (cfg.split_k > 1 or cfg.balanced) and m <= W.SMALL_M:  # each tile's last block reset its counter
             r["split_counters_zero"] = bool((W._tile_counters(x.device, 1) == 0).all())
         if m <= W.SMALL_M:
             r["m_invariant"] = all(
@@ -102,6 +122,7 @@ def main() -> int:
                     num_warps=cfg.num_warps,
                     gpi=(1, 2, 4)[(pf + (cfg.gpi == 1)) % 3],
                     prefetch=pf,
+                    balanced=cfg.balanced,
                 )
                 for pf in range(4)
                 if pf != cfg.prefetch
@@ -122,6 +143,18 @@ def main() -> int:
         out[name]["mma_order_same_bits"] = bool(torch.equal(W.linear(x, p, bias, cfg=cfg), y)) and bool(
             torch.equal(W.linear(x, p, bias, cfg=cfg, dequant=W.DEQUANT_PURE), y)
         )
+    # where the balanced kernel's runs are whole splits of whole tiles, it adds the same sums in the same
+    # order
+    # as the split-K grid: 8 tiles of 4 groups in 8 runs (split 1), 4 tiles in 8 runs (split 2)
+    same = []
+    for n, split in ((256, 1), (128, 2)):
+        qw, qz, s, q, z = rand_awq(512, n, 128, seed=11)
+        p = W.pack(qw, qz, s)
+        x = torch.randn(3, 512, generator=torch.Generator().manual_seed(12)).to(torch.bfloat16)
+        grid = W.linear(x, p, cfg=W.Config(block_n=32, num_warps=2, split_k=split))
+        balanced = W.linear(x, p, cfg=W.Config(block_n=32, num_warps=2, balanced=1))
+        same.append(bool(torch.equal(balanced, grid)))
+    out["balanced-as-split-k"] = {"same_bits": all(same)}
     x3 = torch.randn(2, 3, 256).to(torch.bfloat16)
     qw, qz, s, q, z = rand_awq(256, 64, 128, seed=9)
     y3 = W.linear(x3, W.pack(qw, qz, s))

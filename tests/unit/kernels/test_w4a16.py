@@ -34,6 +34,8 @@ CASES = [
     "bf16-split3-gpi4-ragged-n",
     "fp16-16-rows-g64",
     "bf16-split4-gpi2-tail-and-empty-split",
+    "bf16-balanced-cut-tiles",
+    "fp16-balanced-one-group-a-run",
     "bf16-prefill-20",
     "bf16-prefill-70",
 ]
@@ -73,6 +75,15 @@ def test_groups_an_iteration_and_prefetch_change_speed_not_bits(interp, case: st
 def test_split_k_leaves_its_tile_counters_at_zero_for_the_next_launch(interp) -> None:
     # the split-K case ran five times (and other configurations after it) and stayed within bf16 rounding
     assert interp["bf16-split3-gpi4-ragged-n"]["split_counters_zero"]
+
+
+@pytest.mark.parametrize("case", ["bf16-balanced-cut-tiles", "fp16-balanced-one-group-a-run"])
+def test_the_balanced_kernel_leaves_its_tile_counters_at_zero(interp, case: str) -> None:
+    assert interp[case]["split_counters_zero"]
+
+
+def test_the_balanced_kernel_gives_the_split_k_grids_bits_where_its_runs_are_whole_splits(interp) -> None:
+    assert interp["balanced-as-split-k"]["same_bits"]
 
 
 def test_shapes_and_dtypes(interp) -> None:
@@ -199,6 +210,8 @@ def test_a_configuration_whose_block_is_not_whole_warps_is_refused() -> None:
         W.Config(maxnreg=512)
     with pytest.raises(ValueError, match="prefetch 0-3"):
         W.Config(prefetch=4)
+    with pytest.raises(ValueError, match="balanced"):
+        W.Config(balanced=-1)
 
 
 def test_a_cached_boolean_prefetch_reads_as_its_level() -> None:
