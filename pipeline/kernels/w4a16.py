@@ -858,8 +858,8 @@ LOAD_CANDIDATES = tuple(
     if (c.gpi > 1 and c.prefetch < 2) or (c.prefetch, c.gpi, c.maxnreg) in ((0, 1, 72), (2, 2, 128))
 )
 # the balanced kernel (equal runs of groups, `balanced` blocks a multiprocessor) in the families that fit 4 or
-# more blocks an SM without spilling in the loop (sm_90, Triton 3.6): timed by the benchmark's `--families`,
-# not yet among the tuner's candidates (not timed on a GPU yet)
+# more blocks an SM with at most a few spill loads in the loop (sm_90, Triton 3.6): timed by the benchmark's
+# `--families`, not yet among the tuner's candidates (not timed on a GPU yet)
 BALANCED_CANDIDATES = tuple(
     Config(block_n=64, num_warps=4, gpi=gpi, maxnreg=r, prefetch=0, balanced=b)
     for b, gpi, r in ((4, 2, 96), (5, 2, 96), (6, 1, 72), (7, 1, 72))

@@ -144,8 +144,7 @@ def main() -> int:
             torch.equal(W.linear(x, p, bias, cfg=cfg, dequant=W.DEQUANT_PURE), y)
         )
     # where the balanced kernel's runs are whole splits of whole tiles, it adds the same sums in the same
-    # order
-    # as the split-K grid: 8 tiles of 4 groups in 8 runs (split 1), 4 tiles in 8 runs (split 2)
+    # order as the split-K grid does: 8 tiles of 4 groups in 8 runs (split 1), 4 tiles in 8 runs (split 2)
     same = []
     for n, split in ((256, 1), (128, 2)):
         qw, qz, s, q, z = rand_awq(512, n, 128, seed=11)
