@@ -6,7 +6,7 @@ module (`git show REV:pipeline/kernels/w4a16.py > FILE`) at the same configurati
 
     python benchmarks/gpu.py w4a16-kernel --out DIR [--shapes gate_up,down,...] [--rows 1,2,4,8,16]
         [--tune] [--candidates all|quick] [--iters 20] [--kernels ...,marlin --marlin-sdist FILE]
-        [--against FILE] [--families]
+        [--against FILE] [--families [all|balanced]]
 
 Timing: each measurement is a CUDA graph that runs the op once on each of R copies of the weights (R so
 that the copies total at least 256 MB, more than the L2 can hold), replayed `--iters` times after a warm-up
@@ -27,7 +27,8 @@ with the configuration specq runs for that shape.
 each split-K the shape divides into, and the balanced kernel's families (equal runs of groups a block), at
 M = 1 and 16, with each configuration's bits checked against the first family's at the same split (or the
 same blocks a multiprocessor), and tables each family's best split per shape (DIR/w4a16_families.json, and
-a section of the tables).
+a section of the tables). `--families balanced` times only the shape's own configuration (the shipped or
+cached one) and the balanced families: the short comparison.
 
 `--tune` times every candidate configuration per shape first (`w4a16.tune`, 16 rows) and writes the choices to
 the kernel's cache file (and DIR/w4a16-tuned.json). Outputs: DIR/w4a16_kernel.json (every figure) and
@@ -255,7 +256,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--marlin-sdist", type=Path, help="a gptqmodel source distribution (Marlin's sources)")
     ap.add_argument("--marlin-build", type=Path, default=Path("/tmp/specq-marlin"))
     ap.add_argument("--against", type=Path, help="another revision of the kernel module, timed beside")
-    ap.add_argument("--families", action="store_true", help="each family of the quick search at every split")
+    ap.add_argument(
+        "--families",
+        nargs="?",
+        const="all",
+        choices=("all", "balanced"),
+        help="each family of the quick search at every split and the balanced ones (balanced: those and the "
+        "shape's own configuration only)",
+    )
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     dtype = getattr(torch, args.dtype)
@@ -300,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
             result["errors"][f"{name}/families"] = "skipped: out of budget"
         elif args.families:
             t = time.time()
-            result.setdefault("families", {})[name] = family_sweep(W.pack(*awq[0]), dtype, args.iters)
+            packed = W.pack(*awq[0])
+            result.setdefault("families", {})[name] = family_sweep(packed, dtype, args.iters, args.families)
             # written after each shape, so that a run stopped part-way keeps the shapes it swept
             families = json.dumps(result["families"], indent=1)
             (args.out / "w4a16_families.json").write_text(families, encoding="utf-8")
@@ -381,9 +390,19 @@ def family(cfg: W.Config) -> str:
     return f"p{cfg.prefetch}-g{cfg.gpi}-r{cfg.maxnreg}" + (f"-b{cfg.balanced}" if cfg.balanced else "")
 
 
-def family_sweep(p: W.PackedW4, dtype: torch.dtype, iters: int) -> list[dict[str, Any]]:
-    """Every configuration of the quick search whose split divides the layer's groups, and the balanced
-    kernel's (`w4a16.BALANCED_CANDIDATES`), timed at M = 1 and 16 over copies of `p` that outsize the L2
+def sweep_configs(
+    n: int, k: int, device: torch.device, which: str = "all", group: int = GROUP
+) -> list[W.Config]:
+    """The configurations `--families` times at a shape: the quick search's whose split divides the layer's
+    groups and the balanced families (`all`), or the shape's own configuration on this GPU and the balanced
+    families (`balanced`)."""
+    if which == "balanced":
+        return [W.config_for(n, k, device, group), *W.BALANCED_CANDIDATES]
+    return [c for c in W.QUICK_CANDIDATES + W.BALANCED_CANDIDATES if (k // group) % c.split_k == 0]
+
+
+def family_sweep(p: W.PackedW4, dtype: torch.dtype, iters: int, which: str = "all") -> list[dict[str, Any]]:
+    """Each of `sweep_configs` timed at M = 1 and 16 over copies of `p` that outsize the L2
     (`w4a16.rotating_copies`); `same_bits`: its outputs equal the first family's at that split, or with the
     same blocks a multiprocessor (prefetch, groups an iteration and register cap change no bit), and its row
     0 alone equals row 0 of 16."""
@@ -391,9 +410,7 @@ def family_sweep(p: W.PackedW4, dtype: torch.dtype, iters: int) -> list[dict[str
     xs = {m: torch.randn(m, p.k, device="cuda", dtype=dtype) for m in (1, 16)}
     first: dict[tuple[int, int, int], torch.Tensor] = {}
     out: list[dict[str, Any]] = []
-    for cfg in W.QUICK_CANDIDATES + W.BALANCED_CANDIDATES:
-        if (p.k // p.group) % cfg.split_k:
-            continue
+    for cfg in sweep_configs(p.n, p.k, p.qweight.device, which, p.group):
         row: dict[str, Any] = {"family": family(cfg), "split": cfg.split_k, "same_bits": True}
         for m, x in xs.items():
             y = W.linear(x, p, cfg=cfg)

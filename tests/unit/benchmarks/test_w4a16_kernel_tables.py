@@ -1,7 +1,10 @@
 """benchmarks/scenarios/w4a16_kernel.py's step totals: a step's linears summed over the shapes of each layout
-(in_proj_qkv and in_proj_z apart, as LMDeploy builds them, or as one linear), from recorded timings."""
+(in_proj_qkv and in_proj_z apart, as LMDeploy builds them, or as one linear), from recorded timings; the
+families table; the configurations `--families` sweeps."""
 
 from __future__ import annotations
+
+import torch
 
 from benchmarks.scenarios import w4a16_kernel as B
 
@@ -54,3 +57,19 @@ def test_a_family_is_a_configuration_less_its_split():
     assert len({B.family(c) for c in W.QUICK_CANDIDATES}) * 5 == len(W.QUICK_CANDIDATES)  # 5 splits each
     assert B.family(W.Config(gpi=1, maxnreg=72, prefetch=0, balanced=7)) == "p0-g1-r72-b7"
     assert len({B.family(c) for c in W.BALANCED_CANDIDATES}) == len(W.BALANCED_CANDIDATES)
+
+
+def test_families_sweep_the_quick_search_and_the_balanced_kernel_or_the_shapes_own_and_the_balanced(
+    monkeypatch, tmp_path
+):
+    import specq.pipeline.kernels.w4a16 as W
+
+    monkeypatch.setenv("SPECQ_W4A16_CACHE", str(tmp_path))
+    monkeypatch.setattr(W, "_chosen", {})
+    cpu = torch.device("cpu")
+    every = B.sweep_configs(5120, 17408, cpu)  # 136 groups: splits 1, 2, 4 and 8 divide them, 16 does not
+    assert {c.split_k for c in every if not c.balanced} == {1, 2, 4, 8}
+    assert [c for c in every if c.balanced] == list(W.BALANCED_CANDIDATES)
+    own = W.Config(block_n=64, split_k=8, maxnreg=96, prefetch=0)
+    W._write_cache(cpu, W._shape_key(5120, 17408), own, 21.0)
+    assert B.sweep_configs(5120, 17408, cpu, "balanced") == [own, *W.BALANCED_CANDIDATES]
