@@ -512,8 +512,8 @@ def _w4a16_balanced_kernel(
                           BLOCK_M, NW, R, DEQUANT, PREFETCH, GPI, DOT_FP32, False, ORDER)  # fmt: skip
         offs_n, n_ok, offs_nc, offs_m, m_ok = _tile(pid_n, pid_m, N, M, BLOCK_N, BLOCK_M)
         if (g_end - g_begin) == groups:  # the whole tile is this run's
-            _finish(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs_m, m_ok, M, N,
-                    stride_om, 0, 1, 0, False, HAS_BIAS)  # fmt: skip
+            _store(acc, out_ptr, bias_ptr, offs_n, offs_nc, offs_m, n_ok[:, None] & m_ok[None, :], stride_om,
+                   HAS_BIAS)  # fmt: skip
         else:
             _finish_part(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs_m, m_ok, M, N,
                          stride_om, pid, runs, t, t_first, units, groups, pid_m * tiles + pid_n, BLOCK_N,
@@ -629,6 +629,15 @@ def _tile(pid_n, pid_m, N, M, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
+def _store(sums, out_ptr, bias_ptr, offs_n, offs_nc, offs_m, mask, stride_om, HAS_BIAS: tl.constexpr):
+    """A tile's fp32 sums [BLOCK_N columns, BLOCK_M rows], plus the bias, into out [M, N] in its dtype."""
+    if HAS_BIAS:
+        sums += tl.load(bias_ptr + offs_nc).to(tl.float32)[:, None]
+    o_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
+    tl.store(o_ptrs, sums.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _finish(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs_m, m_ok, M, N, stride_om,
             pid_k, split_k, tile, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr):  # fmt: skip
     """A block's fp32 sums acc [BLOCK_N columns, BLOCK_M rows] of its split of K into out [M, N] (rows m_ok,
@@ -638,10 +647,7 @@ def _finish(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs
     block that is) and sets the counter back to 0 for the next launch."""
     mask = n_ok[:, None] & m_ok[None, :]
     if not SPLIT:
-        if HAS_BIAS:
-            acc += tl.load(bias_ptr + offs_nc).to(tl.float32)[:, None]
-        o_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
-        tl.store(o_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+        _store(acc, out_ptr, bias_ptr, offs_n, offs_nc, offs_m, mask, stride_om, HAS_BIAS)
     else:
         ws_tile = ws_ptr + offs_m[None, :] * N + offs_n[:, None]
         tl.store(ws_tile + pid_k * M * N, acc, mask=mask)
@@ -652,10 +658,7 @@ def _finish(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs
             total = tl.load(ws_tile, mask=mask, other=0.0, cache_modifier=".cg")
             for sp in range(1, split_k):  # in split order: the same sum every time
                 total += tl.load(ws_tile + sp * M * N, mask=mask, other=0.0, cache_modifier=".cg")
-            if HAS_BIAS:
-                total += tl.load(bias_ptr + offs_nc).to(tl.float32)[:, None]
-            o_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
-            tl.store(o_ptrs, total.to(out_ptr.dtype.element_ty), mask=mask)
+            _store(total, out_ptr, bias_ptr, offs_n, offs_nc, offs_m, mask, stride_om, HAS_BIAS)
             tl.atomic_xchg(tile_cnt, 0, sem="relaxed", scope="gpu")  # ready for the next launch
 
 
@@ -696,10 +699,7 @@ def _finish_part(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok,
         total = tl.load(ws_tile + first * M * BLOCK_N, mask=mask, other=0.0, cache_modifier=".cg")
         for q in range(p_first + 1, p_last + 1):  # in run order: the same sum every time (each starts in t)
             total += tl.load(ws_tile + 2 * q * M * BLOCK_N, mask=mask, other=0.0, cache_modifier=".cg")
-        if HAS_BIAS:
-            total += tl.load(bias_ptr + offs_nc).to(tl.float32)[:, None]
-        o_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
-        tl.store(o_ptrs, total.to(out_ptr.dtype.element_ty), mask=mask)
+        _store(total, out_ptr, bias_ptr, offs_n, offs_nc, offs_m, mask, stride_om, HAS_BIAS)
         tl.atomic_xchg(tile_cnt, 0, sem="relaxed", scope="gpu")  # ready for the next launch
 
 
