@@ -19,7 +19,9 @@ and flash-linear-attention for Qwen3.5) and, for speculation, FlashAttention-3 (
   they stop. A server is `plain:KERNEL` (k = 0 with engine.w4a16_kernel = KERNEL), `mtpK` or `dflashK`
   (specq's kernel, K draft tokens), or `alt`: plain with specq's kernel, run by another build of specq, the
   directory --alt first on the server's PYTHONPATH (it holds that build's `specq` package), so that two builds
-  start together and are benched alike (an A/B of a change to the kernel or the compatibility patch).
+  start together and are benched alike (an A/B of a change to the kernel or the compatibility patch). A
+  `+silu` after a server's name (`plain:specq+silu`, `mtp3+silu`) starts it with SPECQ_W4A16_FUSE_SILU=1:
+  specq's gate_up linears store silu(gate) * up, and LMDeploy's activation kernel is not run.
 
 Outputs in --report-dir: e2e.json (whether FlashAttention-3 imports where the servers run, which LMDeploy
 then uses for attention in plain decoding too; every server's start time, decode rate, τ and step cost
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from specq.pipeline import hardware
+from specq.pipeline.kernels import FUSE_SILU_ENV
 
 from .check import budgeted_step, specq
 from .twin import decode_rate
@@ -52,8 +55,12 @@ SESSION_LEN = "4096"
 
 
 def parse_server(item: str) -> dict[str, Any]:
-    """`plain:KERNEL`, `bf16`, `mtpK` or `dflashK` -> what to launch."""
+    """`plain:KERNEL`, `bf16`, `alt`, `mtpK` or `dflashK`, each but bf16 with `+silu` or not -> what to
+    launch."""
     item = item.strip()
+    if item.endswith("+silu") and item != "bf16+silu":
+        server = parse_server(item.removesuffix("+silu"))
+        return {**server, "name": server["name"] + "-silu", "silu": True}
     if item.startswith("plain:"):
         return {"name": item.replace(":", "-"), "kind": "plain", "k": 0, "kernel": item.split(":", 1)[1]}
     if item == "bf16":
@@ -174,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
             env = dict(os.environ)
             if s["kernel"]:
                 env["SPECQ_ENGINE__W4A16_KERNEL"] = s["kernel"]
+            if s.get(
+                "silu"
+            ):  # the gate_up linears store silu(gate) * up (pipeline/kernels/lmdeploy_w4a16.py)
+                env[FUSE_SILU_ENV] = "1"
             if s.get("alt"):
                 env["PYTHONPATH"] = os.pathsep.join(
                     p for p in (str(args.alt.resolve()), env.get("PYTHONPATH")) if p

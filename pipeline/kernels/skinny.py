@@ -70,7 +70,8 @@ def _skinny_kernel(
         else:
             acc += tl.dot(w, xt)
     w4a16._finish(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs_m, m_ok, M, N,
-                  stride_om, pid_k, split_k, pid_m * tl.num_programs(0) + pid_n, SPLIT, HAS_BIAS)  # fmt: skip
+                  stride_om, pid_k, split_k, pid_m * tl.num_programs(0) + pid_n, SPLIT, HAS_BIAS,
+                  False)  # fmt: skip
 
 
 # the GPU's multiprocessor count, which `config_for` sizes the split by

@@ -36,6 +36,10 @@ M-invariant with decode). Under Triton's interpreter (`TRITON_INTERPRET=1`, CPU 
 dequantize the same pairs of nibbles in plain Triton (`DEQUANT_PAIRS`); on the GPU inline PTX does it
 (`DEQUANT_ASM`); the three ways, with `DEQUANT_PURE`, give the same bits (tests; the GPU run: docs/w4a16.md).
 
+A gate/up layer packed with `silu_mul` (gate and up columns in turns of 8) has each tile store
+silu(gate) * up, as LMDeploy's activation kernel would compute it from the layer's output, so an MLP runs no
+activation kernel.
+
 `Config.balanced` (not chosen by the tuner yet) runs the same loop over equal runs of the layer's groups, a
 whole number of blocks a multiprocessor, instead of a grid of whole tiles (`_w4a16_balanced_kernel`).
 
@@ -47,7 +51,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -108,6 +112,8 @@ class PackedW4:
     zeros: torch.Tensor  # uint8 [K // group, N]
     group: int
     order: int = 0  # the words' k order: ORDER_WGMMA (Hopper) or ORDER_MMA (mma.sync: Ampere, Ada), `pack`
+    silu_mul: bool = False  # a gate/up layer packed so that `linear` answers silu(gate) * up, [..., N / 2]
+    # (`pack(..., silu_mul=True)`: the columns `silu_mul_columns` says)
 
     @property
     def n(self) -> int:
@@ -116,6 +122,11 @@ class PackedW4:
     @property
     def k(self) -> int:
         return self.qweight.shape[0] * self.qweight.shape[2] * 8
+
+    @property
+    def out_features(self) -> int:
+        """The width of `linear`'s answer: N, or N / 2 for a gate/up layer packed with `silu_mul`."""
+        return self.n // 2 if self.silu_mul else self.n
 
 
 # --- the integer layouts ---
@@ -191,12 +202,33 @@ def _from_fragments(words: torch.Tensor, order: int = ORDER_WGMMA) -> torch.Tens
     return q.permute(0, *(2 + WORD_AXES.index(a) for a in K_FACTORS[order]), 1).reshape(g, kw * 8, n)
 
 
+def silu_mul_columns(n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The column of a gate/up layer (gate [0, n/2), up [n/2, n)) that each column of its `silu_mul` packing
+    holds: gate and up in turns of 8, so packed columns 16a .. 16a + 15 are gate columns 8a .. 8a + 7 and
+    then the same up columns. A block's tile (a multiple of 16 columns) then holds each of its columns' gate
+    and up sums, in the same thread of the tensor-core accumulator (its rows g and g + 8), and the kernel
+    stores silu(gate) * up for 8 of every 16 (`_store`)."""
+    if n % 16:
+        raise ValueError(f"a gate/up layer packed for silu(gate) * up needs N divisible by 16, not {n}")
+    half = n // 2
+    a = torch.arange(half // 8, device=device)[:, None, None]
+    h = torch.arange(2, device=device)[None, :, None]
+    j = torch.arange(8, device=device)[None, None, :]
+    return (h * half + 8 * a + j).reshape(n)
+
+
 def pack(
-    qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, order: int | None = None
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    order: int | None = None,
+    silu_mul: bool = False,
 ) -> PackedW4:
     """AWQ gemm tensors as LMDeploy loads them (qweight int32 [K, N/8], qzeros int32 [K/g, N/8], scales
     [K/g, N]) -> specq's layout, in `order` (None: the one for the tensors' GPU, `fragment_order`). Lossless;
-    runs on the tensors' device, one layer at a time."""
+    runs on the tensors' device, one layer at a time. `silu_mul`: the layer is a gate projection's N/2
+    columns and then an up projection's; its columns are reordered (`silu_mul_columns`) and `linear` answers
+    silu(gate) * up, N/2 wide (a bias must be reordered the same way)."""
     if order is None:
         order = fragment_order(qweight.device)
     k, n = qweight.shape[0], qweight.shape[1] * 8
@@ -211,18 +243,29 @@ def pack(
         raise ValueError(
             f"specq's W4A16 kernel needs a group size divisible by 32 and N by 8 (group {group}, N {n})"
         )
+    cols = silu_mul_columns(n, qweight.device) if silu_mul else None
     packed = torch.empty((groups, n, group // 8), dtype=torch.int32, device=qweight.device)
     step = max(1, 512 // group)  # groups at a time: temporaries near 512 * N * 4 bytes, whatever the layer
     for g0 in range(0, groups, step):
         g1 = min(groups, g0 + step)
         q = unpack_awq(qweight[g0 * group : g1 * group]).reshape(g1 - g0, group, n)
-        packed[g0:g1] = _to_fragments(q, order)
-    zeros = unpack_awq(qzeros).contiguous()  # [G, N]
-    return PackedW4(qweight=packed, scales=scales.contiguous(), zeros=zeros, group=group, order=order)
+        packed[g0:g1] = _to_fragments(q if cols is None else q[:, :, cols], order)
+    zeros = unpack_awq(qzeros)  # [G, N]
+    if cols is not None:
+        zeros, scales = zeros[:, cols], scales[:, cols]
+    return PackedW4(
+        qweight=packed,
+        scales=scales.contiguous(),
+        zeros=zeros.contiguous(),
+        group=group,
+        order=order,
+        silu_mul=silu_mul,
+    )
 
 
 def dequantize(p: PackedW4) -> torch.Tensor:
-    """The fp32 weight [K, N] that `p` stands for, (q - z) * s: the reference the kernel is checked by."""
+    """The fp32 weight [K, N] that `p` stands for, (q - z) * s: the reference the kernel is checked by (a
+    `silu_mul` layer's columns in their packed order)."""
     q = _from_fragments(p.qweight, p.order).reshape(p.k, p.n).to(torch.float32)
     z = p.zeros.to(torch.float32).repeat_interleave(p.group, dim=0)
     s = p.scales.to(torch.float32).repeat_interleave(p.group, dim=0)
@@ -463,7 +506,7 @@ def _w4a16_kernel(
     M, N, K, stride_xm, stride_om, split_k,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, NW: tl.constexpr, R: tl.constexpr, SPLIT: tl.constexpr,
     HAS_BIAS: tl.constexpr, DEQUANT: tl.constexpr, PREFETCH: tl.constexpr, GPI: tl.constexpr,
-    DOT_FP32: tl.constexpr, EVEN: tl.constexpr, ORDER: tl.constexpr,
+    DOT_FP32: tl.constexpr, EVEN: tl.constexpr, ORDER: tl.constexpr, SILU_MUL: tl.constexpr,
 ):  # fmt: skip
     """One block of BLOCK_N = 16 NW R columns over one split of K (`_block_sums`, then `_finish`).
     Split-K (SPLIT): each block writes its fp32 partial sums to the workspace and counts itself done on its
@@ -477,7 +520,7 @@ def _w4a16_kernel(
                       BLOCK_M, NW, R, DEQUANT, PREFETCH, GPI, DOT_FP32, EVEN, ORDER)  # fmt: skip
     offs_n, n_ok, offs_nc, offs_m, m_ok = _tile(pid_n, pid_m, N, M, 16 * NW * R, BLOCK_M)
     _finish(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs_m, m_ok, M, N, stride_om,
-            pid_k, split_k, pid_m * tl.num_programs(0) + pid_n, SPLIT, HAS_BIAS)  # fmt: skip
+            pid_k, split_k, pid_m * tl.num_programs(0) + pid_n, SPLIT, HAS_BIAS, SILU_MUL)  # fmt: skip
 
 
 @triton.jit
@@ -486,7 +529,7 @@ def _w4a16_balanced_kernel(
     M, N, K, stride_xm, stride_om, runs,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, NW: tl.constexpr, R: tl.constexpr,
     HAS_BIAS: tl.constexpr, DEQUANT: tl.constexpr, PREFETCH: tl.constexpr, GPI: tl.constexpr,
-    DOT_FP32: tl.constexpr, ORDER: tl.constexpr,
+    DOT_FP32: tl.constexpr, ORDER: tl.constexpr, SILU_MUL: tl.constexpr,
 ):  # fmt: skip
     """The same sums with the work dealt out evenly: the layer's tiles x groups, in tile-major order, are cut
     into P = `runs` equal runs, one a block (P a whole number of blocks a multiprocessor, so
@@ -513,11 +556,11 @@ def _w4a16_balanced_kernel(
         offs_n, n_ok, offs_nc, offs_m, m_ok = _tile(pid_n, pid_m, N, M, BLOCK_N, BLOCK_M)
         if (g_end - g_begin) == groups:  # the whole tile is this run's
             _store(acc, out_ptr, bias_ptr, offs_n, offs_nc, offs_m, n_ok[:, None] & m_ok[None, :], stride_om,
-                   HAS_BIAS)  # fmt: skip
+                   HAS_BIAS, SILU_MUL)  # fmt: skip
         else:
             _finish_part(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs_m, m_ok, M, N,
                          stride_om, pid, runs, t, t_first, units, groups, pid_m * tiles + pid_n, BLOCK_N,
-                         HAS_BIAS)  # fmt: skip
+                         HAS_BIAS, SILU_MUL)  # fmt: skip
 
 
 @triton.jit
@@ -629,17 +672,39 @@ def _tile(pid_n, pid_m, N, M, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
-def _store(sums, out_ptr, bias_ptr, offs_n, offs_nc, offs_m, mask, stride_om, HAS_BIAS: tl.constexpr):
-    """A tile's fp32 sums [BLOCK_N columns, BLOCK_M rows], plus the bias, into out [M, N] in its dtype."""
+def _store(sums, out_ptr, bias_ptr, offs_n, offs_nc, offs_m, mask, stride_om, HAS_BIAS: tl.constexpr,
+           SILU_MUL: tl.constexpr):  # fmt: skip
+    """A tile's fp32 sums [BLOCK_N columns, BLOCK_M rows], plus the bias, into out [M, N] in its dtype.
+    SILU_MUL: the tile's columns are gate and up in turns of 8 (`silu_mul_columns`), and out [M, N / 2]
+    takes silu(gate) * up, computed as LMDeploy's `silu_and_mul` kernel computes it from gate_up stored in
+    the output dtype (gate to fp32, silu, back to the dtype, times up), so the same bits as this kernel's
+    gate_up followed by that kernel."""
     if HAS_BIAS:
         sums += tl.load(bias_ptr + offs_nc).to(tl.float32)[:, None]
-    o_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
-    tl.store(o_ptrs, sums.to(out_ptr.dtype.element_ty), mask=mask)
+    DT: tl.constexpr = out_ptr.dtype.element_ty
+    if SILU_MUL:
+        BN: tl.constexpr = sums.shape[0]
+        BM: tl.constexpr = sums.shape[1]
+        # [16a + 8h + j, m] -> [a, j, m, h]: h = 0 the gate, 1 the up projection (one thread's rows g, g + 8)
+        gate, up = tl.split(tl.permute(tl.reshape(sums, (BN // 16, 2, 8, BM)), (0, 2, 3, 1)))
+        ok, _ = tl.split(tl.permute(tl.reshape(mask, (BN // 16, 2, 8, BM)), (0, 2, 3, 1)))
+        col, _ = tl.split(tl.permute(tl.reshape(offs_n, (BN // 16, 2, 8)), (0, 2, 1)))  # 16a + j
+        gate = gate.to(DT).to(tl.float32)
+        silu = (gate / (1 + tl.exp(-gate))).to(DT)
+        # the product of two 16-bit values is exact in fp32, so rounding it once is LMDeploy's 16-bit multiply
+        # (which Triton's interpreter gets wrong)
+        act = (silu.to(tl.float32) * up.to(DT).to(tl.float32)).to(DT)
+        o_ptrs = out_ptr + offs_m[None, None, :] * stride_om + ((col // 16) * 8 + col % 8)[:, :, None]
+        tl.store(o_ptrs, act, mask=ok)
+    else:
+        o_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
+        tl.store(o_ptrs, sums.to(DT), mask=mask)
 
 
 @triton.jit
 def _finish(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs_m, m_ok, M, N, stride_om,
-            pid_k, split_k, tile, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr):  # fmt: skip
+            pid_k, split_k, tile, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr,
+            SILU_MUL: tl.constexpr):  # fmt: skip
     """A block's fp32 sums acc [BLOCK_N columns, BLOCK_M rows] of its split of K into out [M, N] (rows m_ok,
     columns n_ok; offs_nc: the columns clamped into N), with the bias. Split-K (SPLIT): the block writes its
     partial sums to the workspace [split_k, M, N] and counts itself done on its tile's counter (cnt_ptr +
@@ -647,7 +712,7 @@ def _finish(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs
     block that is) and sets the counter back to 0 for the next launch."""
     mask = n_ok[:, None] & m_ok[None, :]
     if not SPLIT:
-        _store(acc, out_ptr, bias_ptr, offs_n, offs_nc, offs_m, mask, stride_om, HAS_BIAS)
+        _store(acc, out_ptr, bias_ptr, offs_n, offs_nc, offs_m, mask, stride_om, HAS_BIAS, SILU_MUL)
     else:
         ws_tile = ws_ptr + offs_m[None, :] * N + offs_n[:, None]
         tl.store(ws_tile + pid_k * M * N, acc, mask=mask)
@@ -658,7 +723,7 @@ def _finish(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs
             total = tl.load(ws_tile, mask=mask, other=0.0, cache_modifier=".cg")
             for sp in range(1, split_k):  # in split order: the same sum every time
                 total += tl.load(ws_tile + sp * M * N, mask=mask, other=0.0, cache_modifier=".cg")
-            _store(total, out_ptr, bias_ptr, offs_n, offs_nc, offs_m, mask, stride_om, HAS_BIAS)
+            _store(total, out_ptr, bias_ptr, offs_n, offs_nc, offs_m, mask, stride_om, HAS_BIAS, SILU_MUL)
             tl.atomic_xchg(tile_cnt, 0, sem="relaxed", scope="gpu")  # ready for the next launch
 
 
@@ -678,7 +743,7 @@ def _run_of(u, runs, units):
 @triton.jit
 def _finish_part(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok, offs_m, m_ok, M, N,
                  stride_om, pid, P, t, t_first, units, groups, tile, BLOCK_N: tl.constexpr,
-                 HAS_BIAS: tl.constexpr):  # fmt: skip
+                 HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr):  # fmt: skip
     """`_finish` for a run of the balanced kernel that covers part of tile t: its partial sums go to the
     workspace [2 P, M, BLOCK_N] at slot 2 pid (its first tile) or 2 pid + 1 (its last), and the tile's last
     run to count itself done adds the partial sums of the runs that cover the tile, in run order."""
@@ -699,7 +764,7 @@ def _finish_part(acc, out_ptr, ws_ptr, cnt_ptr, bias_ptr, offs_n, offs_nc, n_ok,
         total = tl.load(ws_tile + first * M * BLOCK_N, mask=mask, other=0.0, cache_modifier=".cg")
         for q in range(p_first + 1, p_last + 1):  # in run order: the same sum every time (each starts in t)
             total += tl.load(ws_tile + 2 * q * M * BLOCK_N, mask=mask, other=0.0, cache_modifier=".cg")
-        _store(total, out_ptr, bias_ptr, offs_n, offs_nc, offs_m, mask, stride_om, HAS_BIAS)
+        _store(total, out_ptr, bias_ptr, offs_n, offs_nc, offs_m, mask, stride_om, HAS_BIAS, SILU_MUL)
         tl.atomic_xchg(tile_cnt, 0, sem="relaxed", scope="gpu")  # ready for the next launch
 
 
@@ -742,7 +807,7 @@ def _launch(
     x2: torch.Tensor, p: PackedW4, bias: torch.Tensor | None, cfg: Config, block_m: int, dequant: int
 ) -> torch.Tensor:
     m, n, k = x2.shape[0], p.n, p.k
-    out = torch.empty((m, n), dtype=x2.dtype, device=x2.device)
+    out = torch.empty((m, p.out_features), dtype=x2.dtype, device=x2.device)
     extra = {"maxnreg": cfg.maxnreg} if cfg.maxnreg and not INTERPRET else {}
     if cfg.balanced and m <= block_m:
         runs = min(cfg.balanced * multiprocessors(x2.device), triton.cdiv(n, cfg.block_n) * (k // p.group))
@@ -752,7 +817,7 @@ def _launch(
             x2, p.qweight, p.scales, p.zeros, bias if bias is not None else out, out, ws, cnt, m, n, k,
             x2.stride(0), out.stride(0), runs, GROUP=p.group, BLOCK_M=block_m, NW=cfg.num_warps,
             R=cfg.rows_per_warp, HAS_BIAS=bias is not None, DEQUANT=dequant, PREFETCH=cfg.prefetch,
-            GPI=cfg.gpi, DOT_FP32=INTERPRET, ORDER=p.order, num_warps=cfg.num_warps,
+            GPI=cfg.gpi, DOT_FP32=INTERPRET, ORDER=p.order, SILU_MUL=p.silu_mul, num_warps=cfg.num_warps,
             num_stages=cfg.num_stages, **extra,
         )  # fmt: skip
         return out
@@ -790,6 +855,7 @@ def _launch(
         DOT_FP32=INTERPRET,
         EVEN=even,
         ORDER=p.order,
+        SILU_MUL=p.silu_mul,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **extra,
@@ -804,9 +870,10 @@ def linear(
     cfg: Config | None = None,
     dequant: int | None = None,
 ) -> torch.Tensor:
-    """x [..., K] (bf16 or fp16) times the packed weight: [..., N] in x's dtype. `cfg`: None takes the tuned
-    (or default) configuration for this GPU and shape; `dequant`: None takes the inline PTX on a GPU and the
-    pairs in plain Triton under the interpreter."""
+    """x [..., K] (bf16 or fp16) times the packed weight: [..., N] in x's dtype (a `silu_mul` layer's
+    silu(gate) * up: [..., N / 2]). `cfg`: None takes the tuned (or default) configuration for this GPU and
+    shape; `dequant`: None takes the inline PTX on a GPU and the pairs in plain Triton under the
+    interpreter."""
     if x.dtype not in (torch.bfloat16, torch.float16):
         raise TypeError(f"specq's W4A16 kernel takes bf16 or fp16 activations, not {x.dtype}")
     lead = x.shape[:-1]
@@ -822,7 +889,7 @@ def linear(
         out = _launch(x2, p, bias, cfg, SMALL_M, dequant)
     else:  # prefill: bigger row blocks (each reads the weights once); not M-invariant with decode
         out = _launch(x2, p, bias, PREFILL, 64 if m <= 64 else 128, dequant)
-    return out.reshape(*lead, p.n)
+    return out.reshape(*lead, p.out_features)
 
 
 # --- choosing a configuration ---
@@ -1004,7 +1071,7 @@ def rotating_copies(p: PackedW4) -> list[PackedW4]:
     weights from memory, not the L2."""
     nbytes = p.qweight.numel() * 4 + p.scales.numel() * 2 + p.zeros.numel()
     return [p] + [
-        PackedW4(p.qweight.clone(), p.scales.clone(), p.zeros.clone(), p.group, p.order)
+        replace(p, qweight=p.qweight.clone(), scales=p.scales.clone(), zeros=p.zeros.clone())
         for _ in range(copies_to_rotate(nbytes) - 1)
     ]
 

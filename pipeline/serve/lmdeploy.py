@@ -14,6 +14,7 @@ import sys
 from .. import hardware
 from ..engines import lmdeploy_compat
 from ..engines.qwen35 import needs_compat
+from ..kernels import FUSE_SILU_ENV
 from .base import MASK, ProcessEngine
 from .preflight import require_lmdeploy
 from .spec import write_fp16_copy
@@ -149,7 +150,10 @@ class LMDeployEngine(ProcessEngine):
         if self.spec.w4a16_kernel == "specq":
             lmdeploy_compat.require("engine.w4a16_kernel = specq", lmdeploy_compat.W4A16_PATCH)
         if self.spec.w4a16_kernel:
-            self.progress(f"W4A16 kernel: {W4A16_NAMES[self.spec.w4a16_kernel]}")
+            kernel = W4A16_NAMES[self.spec.w4a16_kernel]
+            if self.spec.w4a16_kernel == "specq" and os.environ.get(FUSE_SILU_ENV) == "1":
+                kernel += f"; gate_up linears store silu(gate) * up ({FUSE_SILU_ENV}=1)"
+            self.progress(f"W4A16 kernel: {kernel}")
         if self.spec.backend == "pytorch":  # LMDeploy takes FA3 whenever it imports, speculating or not
             self.progress(f"attention: {attention_kernels()}")
 

@@ -93,7 +93,7 @@ PATCHES = {
             ),
             "lmdeploy/pytorch/models/qwen3_5.py": (
                 "7248df2de93fb44ffce7570a7b5d174b7fb2df007bc545774ef4611eef583657",
-                "8280b3ed57680a6fad9700e6cea638c2675a46a56fdcfb212b9d8c503f6d9ca9",
+                "b03624471b515573ea4a4ffeb870d9bb6b96b0b559c30cac1f77d8aaf129cc21",
             ),
         },
     ),

@@ -19,6 +19,12 @@ def test_the_waves_name_each_server_and_an_unknown_one_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown server"):
         E.parse_server("eagle3")
     assert E.parse_server("alt") == {"name": "alt", "kind": "plain", "k": 0, "kernel": "specq", "alt": True}
+    # +silu: the same server with the gate_up linears storing silu(gate) * up
+    silu = E.parse_server("plain:specq+silu")
+    assert silu == {"name": "plain-specq-silu", "kind": "plain", "k": 0, "kernel": "specq", "silu": True}
+    assert E.parse_server("mtp3+silu")["name"] == "mtp3-silu"
+    with pytest.raises(ValueError, match="unknown server"):
+        E.parse_server("bf16+silu")
 
 
 def test_an_alt_server_needs_a_directory_with_a_specq_package(tmp_path: Path, capsys) -> None:

@@ -61,6 +61,19 @@ def test_a_dense_qwen35_runs_in_proj_qkv_and_z_as_one_linear_on_one_gpu() -> Non
     assert load.index("fused_name in params_dict") < load.index("for (param_name, weight_name, shard_id)")
 
 
+def test_a_dense_qwen35_mlp_asks_specqs_gate_up_linear_to_store_the_activation() -> None:
+    new = hook.patched_source(compat.W4A16_PATCH, QWEN35, (FIXTURE / QWEN35).read_bytes())
+    mlp = new[new.index("class Qwen3_5MLP") : new.index("class Qwen3_5GatedDeltaNet")]
+    # specq decides (SPECQ_W4A16_FUSE_SILU, specq's linear, one GPU: fuse_silu_mul), before the weights load
+    init = mlp[: mlp.index("def forward")]
+    assert "self.fuse_silu = fuse_silu_mul(self.gate_up_proj, get_tp_world_rank()[0] if is_tp else 1)" in init
+    assert init.index("self.gate_up_proj = ") < init.index("fuse_silu_mul(")
+    forward = mlp[mlp.index("def forward") :]
+    # fused: gate_up_proj's answer is the activation, straight into down_proj; otherwise LMDeploy's own path
+    assert "if self.fuse_silu:" in forward and "return self.down_proj(self.gate_up_proj(x))" in forward
+    assert forward.index("if self.fuse_silu:") < forward.index("act = self.act_fn(gate_up)")
+
+
 CHILD = r"""
 import json, sys
 import torch
@@ -93,9 +106,21 @@ W.fragment_order = lambda device: W.ORDER_MMA  # as on a GPU before Hopper: the 
 mma = m._build_linear_w4a16(LinearW4A16BuildSpec(in_features=256, out_features=64, w_bit=4, group_size=128,
                                                  bias=False, output_dtype=torch.float16))
 y_mma = mma.forward(x, *mma.update_weights(W.pack_awq(q), s, W.pack_awq(z), None)[:3])
+# a gate/up linear (gate columns 0-31, up 32-63) marked to store silu(gate) * up, with a bias
+from types import SimpleNamespace
+from specq.pipeline.kernels.lmdeploy_w4a16 import fuse_silu_mul
+gu = m._build_linear_w4a16(LinearW4A16BuildSpec(in_features=256, out_features=64, w_bit=4, group_size=128,
+                                                bias=True, output_dtype=torch.float16))
+fused = fuse_silu_mul(SimpleNamespace(impl=gu, lora_adapters={}), 1)
+b = torch.randn(64).bfloat16()
+y_gu = gu.forward(x, *gu.update_weights(W.pack_awq(q), s, W.pack_awq(z), b))
+h = ref + b.float()
+act = torch.nn.functional.silu(h[..., :32]) * h[..., 32:]
 print(json.dumps({**head, "shape": list(y.shape), "dtype": str(y.dtype),
                   "rel": ((y.float() - ref).norm() / ref.norm()).item(), "unrepacked": unrepacked,
-                  "mma_order_same_bits": bool(torch.equal(y, y_mma))}))
+                  "mma_order_same_bits": bool(torch.equal(y, y_mma)), "fused": fused,
+                  "silu_shape": list(y_gu.shape),
+                  "silu_rel": ((y_gu.float() - act).norm() / act.norm()).item()}))
 """
 
 
@@ -114,13 +139,15 @@ def test_the_patched_engine_builds_and_runs_specqs_w4a16_linear(tree: Path, tmp_
     log = tmp_path / "compat.log"
     env = compat.launch_env({}, compat.status(tree / "lmdeploy", patch=compat.W4A16_PATCH))
     assert env[compat.ENV] == "w4a16-specq"
-    out = _child(tree, tmp_path, {**env, hook.LOG_ENV: str(log)})
+    out = _child(tree, tmp_path, {**env, hook.LOG_ENV: str(log), "SPECQ_W4A16_FUSE_SILU": "1"})
     assert out["impl"] == "SpecqAwqLinearW4A16Impl" and out["patched"] == "w4a16-specq"
     assert out["other"] == "AwqLinearW4A16Impl"  # a group size the kernel cannot run keeps LMDeploy's kernel
     assert out["shape"] == [1, 3, 64] and out["dtype"] == "torch.bfloat16"  # the activations' dtype, no cast
     assert out["rel"] < 0.01
     assert "update_weights was not called" in out["unrepacked"]
     assert out["mma_order_same_bits"]  # repacked in mma.sync's k order, run in it (the interpreter's bits)
+    # SPECQ_W4A16_FUSE_SILU=1: a gate/up linear answers silu(gate + its bias) * (up + its bias), half as wide
+    assert out["fused"] and out["silu_shape"] == [1, 3, 32] and out["silu_rel"] < 0.02
     assert log.read_text().startswith("patched lmdeploy.pytorch.backends.cuda.awq_modules (w4a16-specq)")
 
 

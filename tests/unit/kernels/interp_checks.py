@@ -3,7 +3,8 @@ tests/unit/kernels/test_w4a16.py, so that the interpreter mode (chosen when Trit
 out of the test process. Prints one JSON document: for each case, the relative error against the fp32
 dequantized reference and that of the reference itself rounded to the activation dtype, and the bitwise
 checks (M-invariance, determinism, the pairs-of-nibbles dequantization against the plain one, one
-configuration's bits against another's, split-K's counters back at zero after a launch)."""
+configuration's bits against another's, split-K's counters back at zero after a launch), and a gate/up layer
+packed for silu(gate) * up against LMDeploy's activation kernel."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import sys
 os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 from specq.pipeline.kernels import w4a16 as W  # noqa: E402
 
@@ -73,6 +76,82 @@ CASES = [
     ("bf16-prefill-20", 256, 64, 20, torch.bfloat16, 32, W.Config(block_n=64, split_k=2, gpi=1), False),
     ("bf16-prefill-70", 256, 48, 70, torch.bfloat16, 128, W.Config(block_n=64), True),
 ]
+
+
+# a gate/up layer packed for silu(gate) * up: (name, K, N, M, dtype, config, bias)
+SILU_MUL_CASES = [
+    (
+        "bf16-split3-bias",
+        768,
+        96,
+        5,
+        torch.bfloat16,
+        W.Config(block_n=32, num_warps=2, split_k=3, gpi=2),
+        True,
+    ),
+    ("fp16-one-split-16-rows", 256, 128, 16, torch.float16, W.Config(block_n=64, gpi=2, prefetch=0), False),
+    (
+        "bf16-balanced-cut-tiles",
+        640,
+        96,
+        3,
+        torch.bfloat16,
+        W.Config(block_n=32, num_warps=2, gpi=2, prefetch=0, balanced=1),
+        False,
+    ),
+    ("bf16-prefill-20", 256, 64, 20, torch.bfloat16, W.Config(block_n=64), True),
+]
+
+
+@triton.jit
+def _silu_and_mul(gu_ptr, out_ptr, N: tl.constexpr, BLOCK: tl.constexpr):
+    """LMDeploy 0.18's `_silu_and_mul_kernel` (lmdeploy/pytorch/kernels/cuda/activation.py) for one row: gate
+    to fp32, gate / (1 + exp(-gate)) back to the 16-bit dtype, times up (the 16-bit product taken in fp32,
+    where it is exact, and rounded once: Triton's interpreter multiplies 16-bit values wrongly)."""
+    m = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    ok = offs < N
+    gate = tl.load(gu_ptr + m * 2 * N + offs, mask=ok).to(tl.float32)
+    up = tl.load(gu_ptr + m * 2 * N + N + offs, mask=ok)
+    gate = (gate / (1 + tl.exp(-gate))).to(gu_ptr.dtype.element_ty)
+    tl.store(out_ptr + m * N + offs, (gate.to(tl.float32) * up.to(tl.float32)).to(up.dtype), mask=ok)
+
+
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    m, n = gate_up.shape[0], gate_up.shape[1] // 2
+    out = torch.empty((m, n), dtype=gate_up.dtype)
+    _silu_and_mul[(m,)](gate_up, out, n, triton.next_power_of_2(n))
+    return out
+
+
+def silu_mul_checks() -> dict[str, dict]:
+    """Each case's layer packed twice, as a plain linear and for silu(gate) * up: the second's answer against
+    LMDeploy's activation kernel applied to the first's, bitwise; its width, rows alone against among M, and
+    its weights (the first's, columns reordered)."""
+    out = {}
+    for i, (name, k, n, m, dtype, cfg, with_bias) in enumerate(SILU_MUL_CASES):
+        qw, qz, s, q, z = rand_awq(k, n, 128, seed=40 + i)
+        x = torch.randn(m, k, generator=torch.Generator().manual_seed(140 + i)).to(dtype)
+        bias = torch.randn(n).to(dtype) if with_bias else None
+        plain, fused = W.pack(qw, qz, s), W.pack(qw, qz, s, silu_mul=True)
+        cols = W.silu_mul_columns(n)
+        fused_bias = None if bias is None else bias[cols]
+        y = W.linear(x, fused, fused_bias, cfg=cfg)
+        r = {
+            "shape": list(y.shape),
+            "half_of": [m, n],
+            "same_bits_as_lmdeploys_activation": bool(
+                torch.equal(y, silu_and_mul(W.linear(x, plain, bias, cfg=cfg)))
+            ),
+            "weights_reordered": bool(torch.equal(W.dequantize(fused), W.dequantize(plain)[:, cols])),
+        }
+        if m <= W.SMALL_M:
+            r["m_invariant"] = all(
+                bool(torch.equal(W.linear(x[j : j + 1], fused, fused_bias, cfg=cfg)[0], y[j]))
+                for j in range(m)
+            )
+        out[name] = r
+    return out
 
 
 def rand_awq(k: int, n: int, group: int, seed: int) -> tuple[torch.Tensor, ...]:
@@ -158,6 +237,7 @@ def main() -> int:
     qw, qz, s, q, z = rand_awq(256, 64, 128, seed=9)
     y3 = W.linear(x3, W.pack(qw, qz, s))
     out["leading-dims"] = {"shape": list(y3.shape)}
+    out["silu-mul"] = silu_mul_checks()
     print(json.dumps(out))
     return 0
 

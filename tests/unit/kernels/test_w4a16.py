@@ -86,6 +86,28 @@ def test_the_balanced_kernel_gives_the_split_k_grids_bits_where_its_runs_are_who
     assert interp["balanced-as-split-k"]["same_bits"]
 
 
+@pytest.mark.parametrize(
+    "case", ["bf16-split3-bias", "fp16-one-split-16-rows", "bf16-balanced-cut-tiles", "bf16-prefill-20"]
+)
+def test_a_gate_up_layer_stores_lmdeploys_silu_of_gate_times_up(interp, case: str) -> None:
+    r = interp["silu-mul"][case]
+    # the bits of the plain layer's gate_up followed by LMDeploy's activation kernel, half as wide
+    assert r["same_bits_as_lmdeploys_activation"] and r["weights_reordered"], r
+    m, n = r["half_of"]
+    assert r["shape"] == [m, n // 2]
+    assert r.get("m_invariant", True)
+
+
+def test_silu_mul_columns_put_gate_and_up_in_turns_of_eight() -> None:
+    cols = W.silu_mul_columns(48)
+    assert sorted(cols.tolist()) == list(range(48))
+    # packed columns 16a .. 16a + 15: gate columns 8a .. 8a + 7, then the same up columns (gate 24 wide)
+    assert cols[:16].tolist() == [*range(8), *range(24, 32)]
+    assert cols[16:32].tolist() == [*range(8, 16), *range(32, 40)]
+    with pytest.raises(ValueError, match="divisible by 16"):
+        W.silu_mul_columns(40)
+
+
 def test_shapes_and_dtypes(interp) -> None:
     assert interp["bf16-split3-gpi4-ragged-n"]["shape"] == [5, 96]
     assert interp["fp16-16-rows-g64"]["dtype"] == "torch.float16"

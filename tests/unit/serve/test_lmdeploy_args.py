@@ -396,6 +396,29 @@ def test_w4a16_kernel_choice_reaches_the_server_environment(
     assert engine.spec.w4a16_kernel == ("specq" if kernel == "auto" else kernel)
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_the_launch_says_whether_the_gate_up_linears_store_the_activation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fused: bool
+) -> None:
+    from specq.pipeline.serve import lmdeploy as served
+
+    monkeypatch.syspath_prepend(str(_lmdeploy_site(tmp_path)))
+    monkeypatch.setattr(served, "require_lmdeploy", lambda *a, **k: None)  # its GPU checks need a GPU
+    if fused:
+        monkeypatch.setenv("SPECQ_W4A16_FUSE_SILU", "1")
+    else:
+        monkeypatch.delenv("SPECQ_W4A16_FUSE_SILU", raising=False)
+    engine = engine_for(
+        tmp_path, _qwen35(tmp_path, "float16", AWQ_Q), {"backend": "pytorch", "w4a16_kernel": "specq"}
+    )
+    said: list[str] = []
+    engine.progress = said.append
+    engine.preflight()
+    kernel = next(line for line in said if line.startswith("W4A16 kernel: "))
+    assert kernel.startswith("W4A16 kernel: specq (deterministic")
+    assert ("store silu(gate) * up (SPECQ_W4A16_FUSE_SILU=1)" in kernel) is fused
+
+
 def test_no_w4a16_kernel_for_an_unquantized_target_or_turbomind(
     tmp_path: Path, ckpts: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

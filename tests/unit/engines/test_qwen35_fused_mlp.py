@@ -1,0 +1,108 @@
+"""The `w4a16-specq` patch's MLP on LMDeploy 0.18.0's own code, where that LMDeploy imports (its PyTorch
+engine's Python modules; no GPU): in a child process started the way specq starts LMDeploy, a dense Qwen3.5
+MLP is built under an AWQ build context with `SPECQ_W4A16_FUSE_SILU=1` and without, both load the same AWQ
+checkpoint tensors through `Qwen3_5ForConditionalGeneration.load_weights`, and the fused MLP (its gate_up
+linear storing silu(gate) * up, specq's W4A16 kernel under Triton's interpreter) gives the bits of the
+unfused one's gate_up, LMDeploy's activation and down_proj. LMDeploy's own activation kernel is Triton, and
+the interpreter multiplies 16-bit values wrongly, so the unfused MLP's activation runs as that kernel does
+with the product taken in fp32, where it is exact (tests/unit/kernels/interp_checks.py). CI's machines have
+no LMDeploy 0.18.0, so there the patched text is checked instead (test_lmdeploy_w4a16_patch.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specq.pipeline.engines import lmdeploy_compat as compat
+from specq.pipeline.engines.lmdeploy_compat import hook
+
+KERNEL_TESTS = Path(__file__).resolve().parents[1] / "kernels"
+
+CHILD = r"""
+import json, os, sys
+from types import SimpleNamespace
+import torch
+from transformers.configuration_utils import PretrainedConfig
+import lmdeploy.pytorch.models.qwen3_5 as M
+from lmdeploy.pytorch.config import QuantizationConfig
+from lmdeploy.pytorch.model_inputs import BuildModelContext
+from lmdeploy.pytorch.models.patch import build_model_context
+from specq.pipeline.kernels import w4a16 as W
+
+sys.path.insert(0, sys.argv[1])
+from interp_checks import silu_and_mul  # LMDeploy's activation kernel, the product in fp32
+
+torch.manual_seed(0)
+awq = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
+cfg = PretrainedConfig(hidden_size=256, intermediate_size=384, hidden_act="silu", quantization_config=awq)
+ctx = BuildModelContext(quant_config=QuantizationConfig.from_config(SimpleNamespace(quantization_config=awq)))
+with build_model_context(ctx):
+    os.environ["SPECQ_W4A16_FUSE_SILU"] = "1"
+    fused = M.Qwen3_5MLP(cfg, dtype=torch.bfloat16, device="cpu")
+    del os.environ["SPECQ_W4A16_FUSE_SILU"]
+    plain = M.Qwen3_5MLP(cfg, dtype=torch.bfloat16, device="cpu")
+
+def tensors(k, n):
+    q = torch.randint(0, 16, (k, n), dtype=torch.uint8)
+    z = torch.randint(0, 16, (k // 128, n), dtype=torch.uint8)
+    s = (torch.rand(k // 128, n) * 0.02).half()
+    return {"qweight": W.pack_awq(q), "qzeros": W.pack_awq(z), "scales": s}
+
+pre = "model.language_model.layers.0.mlp."
+ckpt = [(f"{pre}{mod}.{t}", v) for mod, k, n in (("gate_proj", 256, 384), ("up_proj", 256, 384),
+                                                  ("down_proj", 384, 256)) for t, v in tensors(k, n).items()]
+
+def load(mod):
+    model = SimpleNamespace(
+        config=SimpleNamespace(text_config=SimpleNamespace(num_hidden_layers=1), tie_word_embeddings=False),
+        named_parameters=lambda: [(pre + n, p) for n, p in mod.named_parameters()])
+    M.Qwen3_5ForConditionalGeneration.load_weights(model, [(n, v.clone()) for n, v in ckpt])
+    for m in mod.modules():  # as LMDeploy does once every weight is loaded: specq's linears repack here
+        if m is not mod and hasattr(m, "update_weights"):
+            m.update_weights()
+
+load(fused)
+load(plain)
+calls = []
+fused.act_fn.forward = lambda *a, **k: calls.append(1)
+x = torch.randn(1, 3, 256).bfloat16()
+ref = plain.down_proj(silu_and_mul(plain.gate_up_proj(x)[0]).unsqueeze(0))
+y = fused(x)
+print(json.dumps({
+    "patched": getattr(M, "__specq_compat__", None),
+    "flags": [fused.fuse_silu, plain.fuse_silu],
+    "silu_mul": [fused.gate_up_proj.impl.silu_mul, plain.gate_up_proj.impl.silu_mul],
+    "gate_up_width": fused.gate_up_proj(x).shape[-1],
+    "act_calls": len(calls),
+    "shape": list(y.shape),
+    "same_bits": torch.equal(y, ref),
+}))
+"""
+
+
+def test_the_fused_mlp_gives_the_unfused_mlps_bits(tmp_path) -> None:
+    pytest.importorskip("lmdeploy.pytorch.models.qwen3_5", reason="LMDeploy 0.18.0's PyTorch engine")
+    if compat.status(patch=compat.W4A16_PATCH).state != "applies":
+        pytest.skip("the installed LMDeploy is not 0.18.0 as released")
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    env = {
+        k: v for k, v in os.environ.items() if k not in (compat.ENV, hook.LOG_ENV, "SPECQ_W4A16_FUSE_SILU")
+    }
+    env = compat.launch_env(env, compat.status(patch=compat.W4A16_PATCH))
+    proc = subprocess.run(
+        [sys.executable, str(script), str(KERNEL_TESTS)], env={**env, "TRITON_INTERPRET": "1"},
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["patched"] == "w4a16-specq"
+    assert out["flags"] == [True, False] and out["silu_mul"] == [True, False]
+    # the fused gate_up answers the activation (384 wide, not 768), and LMDeploy's activation is not run
+    assert out["gate_up_width"] == 384 and out["act_calls"] == 0
+    assert out["shape"] == [1, 3, 256] and out["same_bits"]
