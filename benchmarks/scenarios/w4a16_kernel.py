@@ -2,7 +2,9 @@
 against LMDeploy 0.18's Triton AWQ kernel (as its PyTorch engine calls it, casts included), torch's tinygemm
 (`_weight_int4pack_mm`), gemlite's A16W4, Marlin (vLLM's kernel from gptqmodel's sources, `_marlin`) and
 bf16 `F.linear`, at M = 1, 2, 4, 8, 16 rows; and, with `--against FILE`, another revision of specq's kernel
-module (`git show REV:pipeline/kernels/w4a16.py > FILE`) at the same configurations, checked bitwise.
+module (`git show REV:pipeline/kernels/w4a16.py > FILE`) at the same configurations, checked bitwise. `silu`
+in `--kernels` times specq's kernel on gate_up packed as the MLP's gate/up, storing silu(gate) * up, and
+checks it bitwise against specq's gate_up followed by LMDeploy's `silu_and_mul` kernel.
 
     python benchmarks/gpu.py w4a16-kernel --out DIR [--shapes gate_up,down,...] [--rows 1,2,4,8,16]
         [--tune] [--candidates all|quick] [--iters 20] [--kernels ...,marlin --marlin-sdist FILE]
@@ -130,6 +132,11 @@ class Kernels:
         packed = [W.pack(qw, qz, s) for qw, qz, s in self.awq]
         return lambda i, x: W.linear(x, packed[i])
 
+    def silu(self) -> Callable[[int, torch.Tensor], torch.Tensor]:
+        """specq's kernel on the layer packed as an MLP's gate/up, storing silu(gate) * up (N / 2 wide)."""
+        packed = [W.pack(qw, qz, s, silu_mul=True) for qw, qz, s in self.awq]
+        return lambda i, x: W.linear(x, packed[i])
+
     def lmdeploy(self) -> Callable[[int, torch.Tensor], torch.Tensor]:
         from lmdeploy.pytorch.backends.cuda.awq_modules import wq_gemm_forward
 
@@ -223,6 +230,25 @@ def checks(n: int, k: int, dtype: torch.dtype) -> dict[str, Any]:
     ref64 = x64.float() @ ref_w
     out["rel_error_m80"] = ((y64.float() - ref64).norm() / ref64.norm()).item()
     return out
+
+
+def silu_checks(n: int, k: int, dtype: torch.dtype) -> dict[str, Any]:
+    """The layer packed as an MLP's gate/up (`silu_mul`): its answers against specq's plain answers followed
+    by LMDeploy's own `silu_and_mul` kernel, bitwise, for the first m of 16 rows; two runs; rows alone."""
+    from lmdeploy.pytorch.kernels.cuda.activation import silu_and_mul
+
+    qw, qz, s = rand_awq(n, k, "cuda")
+    plain, fused = W.pack(qw, qz, s), W.pack(qw, qz, s, silu_mul=True)
+    x = torch.randn(16, k, device="cuda", dtype=dtype)
+    y16 = W.linear(x, fused)
+    return {
+        "same_bits_as_lmdeploys_activation": {
+            m: bool(torch.equal(W.linear(x[:m], fused), silu_and_mul(W.linear(x[:m], plain))))
+            for m in (1, 2, 4, 8, 16)
+        },
+        "deterministic": bool(torch.equal(y16, W.linear(x, fused))),
+        "m_invariant": all(bool(torch.equal(W.linear(x[i : i + 1], fused)[0], y16[i])) for i in (0, 7, 15)),
+    }
 
 
 def marlin_checks(ops: Any, n: int, k: int) -> dict[str, Any]:
@@ -339,6 +365,11 @@ def main(argv: list[str] | None = None) -> int:
                 entry["marlin_checks"] = marlin_checks(marlin_ops, n, k)
             except Exception as e:
                 entry["marlin_checks"] = {"error": f"{type(e).__name__}: {e}"}
+        if "silu" in kernels and name == "gate_up":
+            try:
+                entry["silu_checks"] = silu_checks(n, k, dtype)
+            except Exception as e:
+                entry["silu_checks"] = {"error": f"{type(e).__name__}: {e}"}
         if revision is not None:
             try:
                 entry["against_checks"] = against_checks(revision, n, k, dtype)
@@ -346,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
                 entry["against_checks"] = {"error": f"{type(e).__name__}: {e}"}
         kit = Kernels(n, k, awq, dtype, marlin_ops, revision)
         for kern in kernels:
+            if kern == "silu" and name != "gate_up":  # the MLP's activation: only gate_up has one
+                continue
             if time.time() - t0 > args.budget:
                 result["errors"][f"{name}/{kern}"] = "skipped: out of budget"
                 continue
@@ -494,6 +527,8 @@ def tables(result: dict[str, Any], rows: list[int], kernels: list[str]) -> str:
             lines.append(f"- {name} (Marlin): {e['marlin_checks']}")
         if e.get("against_checks"):
             lines.append(f"- {name} (against): {e['against_checks']}")
+        if e.get("silu_checks"):
+            lines.append(f"- {name} (silu): {e['silu_checks']}")
     if result.get("families"):
         lines += ["", "Each family's best split (`--families`):", "", *family_table(result["families"])]
     if result.get("tuned"):

@@ -36,6 +36,16 @@ def test_the_table_prints_both_layouts():
     assert "| specq | fused | 2.56 |" in md and "| specq | separate | 3.04 |" in md
 
 
+def test_gate_ups_stored_activation_gets_a_row_and_no_step_total():
+    shapes = _shapes({name: {"1": 10.0} for name in B.SHAPES})
+    shapes["gate_up"]["us"]["silu"] = {"1": 10.5}  # timed on gate_up alone, the one MLP shape
+    shapes["gate_up"]["silu_checks"] = {"deterministic": True}
+    md = B.tables({"gpu": "G", "date": "D", "dtype": "bfloat16", "shapes": shapes}, [1], ["specq", "silu"])
+    assert "| gate_up 34816×5120 | silu | 10.5 |" in md
+    assert "- gate_up (silu): {'deterministic': True}" in md
+    assert not any(line.startswith("| silu | ") for line in md.splitlines())  # not a whole step's linears
+
+
 def test_the_family_table_keeps_each_familys_best_split_and_marks_changed_bits():
     rows = [  # recorded-style figures of two families at two splits
         {"family": "p0-g2-r96", "split": 1, "same_bits": True, "us_m1": 39.4, "us_m16": 40.6},
