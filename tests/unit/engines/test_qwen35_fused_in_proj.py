@@ -15,22 +15,24 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from specq.pipeline.engines import lmdeploy_compat as compat
 from specq.pipeline.engines.lmdeploy_compat import hook
 
+HERE = Path(__file__).resolve().parent
+
 CHILD = r"""
-import json
-from types import SimpleNamespace
+import json, sys
 import torch
 from transformers.configuration_utils import PretrainedConfig
 import lmdeploy.pytorch.models.qwen3_5 as M
-from lmdeploy.pytorch.config import QuantizationConfig
-from lmdeploy.pytorch.model_inputs import BuildModelContext
-from lmdeploy.pytorch.models.patch import build_model_context
-from specq.pipeline.kernels import skinny as K, w4a16 as W
+from specq.pipeline.kernels import skinny as K
+
+sys.path.insert(0, sys.argv[1])
+from qwen35_awq_child import AWQ, awq_context, awq_tensors, load
 
 torch.manual_seed(0)
 
@@ -49,39 +51,22 @@ class Norm(torch.nn.Module):
         return x * z
 
 M.CausalConv1d, M.GatedDelta, M.build_rmsnorm_gated = Conv, Delta, lambda *a, **k: Norm()
-awq = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
 cfg = PretrainedConfig(
     hidden_size=256, linear_num_value_heads=2, linear_num_key_heads=1, linear_key_head_dim=64,
     linear_value_head_dim=64, linear_conv_kernel_dim=4, hidden_act="silu", rms_norm_eps=1e-6,
-    quantization_config=awq)
-ctx = BuildModelContext(quant_config=QuantizationConfig.from_config(SimpleNamespace(quantization_config=awq)))
-with build_model_context(ctx):
+    quantization_config=AWQ)
+with awq_context():
     fused = M.Qwen3_5GatedDeltaNet(cfg, 0, dtype=torch.bfloat16, device="cpu", fuse_qkvz=True)
     plain = M.Qwen3_5GatedDeltaNet(cfg, 0, dtype=torch.bfloat16, device="cpu")
 
-def tensors(n, k=256):
-    q = torch.randint(0, 16, (k, n), dtype=torch.uint8)
-    z = torch.randint(0, 16, (k // 128, n), dtype=torch.uint8)
-    s = (torch.rand(k // 128, n) * 0.02).half()
-    return {"qweight": W.pack_awq(q), "qzeros": W.pack_awq(z), "scales": s}
-
 pre = "model.language_model.layers.0.linear_attn."
-ckpt = [(f"{pre}{mod}.{t}", v) for mod, n, k in (("in_proj_qkv", 256, 256), ("in_proj_z", 128, 256),
-                                                  ("out_proj", 256, 128)) for t, v in tensors(n, k).items()]
+shapes = (("in_proj_qkv", 256, 256), ("in_proj_z", 256, 128), ("out_proj", 128, 256))
+ckpt = [(f"{pre}{mod}.{t}", v) for mod, k, n in shapes for t, v in awq_tensors(k, n).items()]
 ckpt += [(f"{pre}in_proj_{x}.weight", torch.randn(2, 256).bfloat16()) for x in "ba"]
 ckpt += [(f"{pre}A_log", torch.randn(2)), (f"{pre}dt_bias", torch.randn(2))]
 
-def load(mod):
-    model = SimpleNamespace(
-        config=SimpleNamespace(text_config=SimpleNamespace(num_hidden_layers=1), tie_word_embeddings=False),
-        named_parameters=lambda: [(pre + n, p) for n, p in mod.named_parameters()])
-    M.Qwen3_5ForConditionalGeneration.load_weights(model, [(n, v.clone()) for n, v in ckpt])
-    for m in mod.modules():  # as LMDeploy does once every weight is loaded: specq's linears repack here
-        if m is not mod and hasattr(m, "update_weights"):
-            m.update_weights()
-
-load(fused)
-load(plain)
+load(fused, pre, ckpt)
+load(plain, pre, ckpt)
 x = torch.randn(1, 3, 256).bfloat16()
 lin = fused.in_proj_qkvz(x)
 skinny_linear, calls = K.linear, []
@@ -116,8 +101,8 @@ def test_the_fused_layer_loads_and_computes_the_unfused_bits(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in (compat.ENV, hook.LOG_ENV)}
     env = compat.launch_env(env, compat.status(patch=compat.W4A16_PATCH))
     proc = subprocess.run(
-        [sys.executable, str(script)], env={**env, "TRITON_INTERPRET": "1"}, capture_output=True, text=True,
-        timeout=600,
+        [sys.executable, str(script), str(HERE)], env={**env, "TRITON_INTERPRET": "1"}, capture_output=True,
+        text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -21,53 +21,32 @@ import pytest
 from specq.pipeline.engines import lmdeploy_compat as compat
 from specq.pipeline.engines.lmdeploy_compat import hook
 
-KERNEL_TESTS = Path(__file__).resolve().parents[1] / "kernels"
+HERE = Path(__file__).resolve().parent
+KERNEL_TESTS = HERE.parent / "kernels"
 
 CHILD = r"""
 import json, os, sys
-from types import SimpleNamespace
 import torch
 from transformers.configuration_utils import PretrainedConfig
 import lmdeploy.pytorch.models.qwen3_5 as M
-from lmdeploy.pytorch.config import QuantizationConfig
-from lmdeploy.pytorch.model_inputs import BuildModelContext
-from lmdeploy.pytorch.models.patch import build_model_context
-from specq.pipeline.kernels import w4a16 as W
 
-sys.path.insert(0, sys.argv[1])
+sys.path[:0] = sys.argv[1:3]
 from interp_checks import silu_and_mul  # LMDeploy's activation kernel, the product in fp32
+from qwen35_awq_child import AWQ, awq_context, awq_tensors, load
 
 torch.manual_seed(0)
-awq = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
-cfg = PretrainedConfig(hidden_size=256, intermediate_size=384, hidden_act="silu", quantization_config=awq)
-ctx = BuildModelContext(quant_config=QuantizationConfig.from_config(SimpleNamespace(quantization_config=awq)))
-with build_model_context(ctx):
+cfg = PretrainedConfig(hidden_size=256, intermediate_size=384, hidden_act="silu", quantization_config=AWQ)
+with awq_context():
     os.environ["SPECQ_W4A16_FUSE_SILU"] = "1"
     fused = M.Qwen3_5MLP(cfg, dtype=torch.bfloat16, device="cpu")
     del os.environ["SPECQ_W4A16_FUSE_SILU"]
     plain = M.Qwen3_5MLP(cfg, dtype=torch.bfloat16, device="cpu")
 
-def tensors(k, n):
-    q = torch.randint(0, 16, (k, n), dtype=torch.uint8)
-    z = torch.randint(0, 16, (k // 128, n), dtype=torch.uint8)
-    s = (torch.rand(k // 128, n) * 0.02).half()
-    return {"qweight": W.pack_awq(q), "qzeros": W.pack_awq(z), "scales": s}
-
 pre = "model.language_model.layers.0.mlp."
-ckpt = [(f"{pre}{mod}.{t}", v) for mod, k, n in (("gate_proj", 256, 384), ("up_proj", 256, 384),
-                                                  ("down_proj", 384, 256)) for t, v in tensors(k, n).items()]
-
-def load(mod):
-    model = SimpleNamespace(
-        config=SimpleNamespace(text_config=SimpleNamespace(num_hidden_layers=1), tie_word_embeddings=False),
-        named_parameters=lambda: [(pre + n, p) for n, p in mod.named_parameters()])
-    M.Qwen3_5ForConditionalGeneration.load_weights(model, [(n, v.clone()) for n, v in ckpt])
-    for m in mod.modules():  # as LMDeploy does once every weight is loaded: specq's linears repack here
-        if m is not mod and hasattr(m, "update_weights"):
-            m.update_weights()
-
-load(fused)
-load(plain)
+shapes = (("gate_proj", 256, 384), ("up_proj", 256, 384), ("down_proj", 384, 256))
+ckpt = [(f"{pre}{mod}.{t}", v) for mod, k, n in shapes for t, v in awq_tensors(k, n).items()]
+load(fused, pre, ckpt)
+load(plain, pre, ckpt)
 calls = []
 fused.act_fn.forward = lambda *a, **k: calls.append(1)
 x = torch.randn(1, 3, 256).bfloat16()
@@ -96,7 +75,7 @@ def test_the_fused_mlp_gives_the_unfused_mlps_bits(tmp_path) -> None:
     }
     env = compat.launch_env(env, compat.status(patch=compat.W4A16_PATCH))
     proc = subprocess.run(
-        [sys.executable, str(script), str(KERNEL_TESTS)], env={**env, "TRITON_INTERPRET": "1"},
+        [sys.executable, str(script), str(KERNEL_TESTS), str(HERE)], env={**env, "TRITON_INTERPRET": "1"},
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
