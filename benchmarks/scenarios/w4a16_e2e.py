@@ -181,9 +181,8 @@ def main(argv: list[str] | None = None) -> int:
             env = dict(os.environ)
             if s["kernel"]:
                 env["SPECQ_ENGINE__W4A16_KERNEL"] = s["kernel"]
-            if s.get(
-                "silu"
-            ):  # the gate_up linears store silu(gate) * up (pipeline/kernels/lmdeploy_w4a16.py)
+            # the gate_up linears store silu(gate) * up (pipeline/kernels/lmdeploy_w4a16.py)
+            if s.get("silu"):
                 env[FUSE_SILU_ENV] = "1"
             if s.get("alt"):
                 env["PYTHONPATH"] = os.pathsep.join(
