@@ -5,6 +5,7 @@ and flash-linear-attention for Qwen3.5) and, for speculation, FlashAttention-3 (
 
     python benchmarks/gpu.py w4a16-e2e --out /tmp/w4e2e --report-dir "$OUT" [--budget 540]
         [--waves 'plain:specq,plain:lmdeploy;mtp1,mtp2,mtp3;dflash3,dflash7,dflash15'] [--bf16] [--alt DIR]
+        [--prompts 8]
 
 --out holds the twin (about 20 GB; kept off the fetched directory); --report-dir the small files.
 
@@ -13,15 +14,16 @@ and flash-linear-attention for Qwen3.5) and, for speculation, FlashAttention-3 (
   plain server on it to the first wave, unless `--waves` names `bf16` in a wave of its own choosing (a card
   of 80 GB holds the bf16 twin alone): the reference the AWQ figures are set against.
 - waves: the servers of a wave start together (`specq serve --detach`, cache 0.01 of the GPU each, session
-  4096), then `specq bench --url` measures them one after the other (the same 4 completion prompts, 128
-  greedy tokens each, `--ignore-eos`, warm-up to steady state, 2 trials of a plain server, 1 of a
-  speculative one) while the others sit idle, and
-  they stop. A server is `plain:KERNEL` (k = 0 with engine.w4a16_kernel = KERNEL), `mtpK` or `dflashK`
-  (specq's kernel, K draft tokens), or `alt`: plain with specq's kernel, run by another build of specq, the
-  directory --alt first on the server's PYTHONPATH (it holds that build's `specq` package), so that two builds
-  start together and are benched alike (an A/B of a change to the kernel or the compatibility patch). A
-  `+silu` after a server's name (`plain:specq+silu`, `mtp3+silu`) starts it with SPECQ_W4A16_FUSE_SILU=1:
-  specq's gate_up linears store silu(gate) * up, and LMDeploy's activation kernel is not run.
+  4096), then `specq bench --url` measures them one after the other (the same completion prompts, --prompts
+  of them (8), 128 greedy tokens each, `--ignore-eos`, warm-up to steady state, 2 trials of a plain server,
+  1 of a speculative one) while the others sit idle, and they stop. A server is `plain:KERNEL` (k = 0 with
+  engine.w4a16_kernel = KERNEL), `mtpK` or `dflashK` (specq's kernel, K draft tokens), or `alt`: plain with
+  specq's kernel, run by another build of specq, the directory --alt first on the server's PYTHONPATH (it
+  holds that build's `specq` package), so that two builds start together and are benched alike (an A/B of a
+  change to the kernel or the compatibility patch). A `+silu` after a server's name (`plain:specq+silu`,
+  `mtp3+silu`) starts it with SPECQ_W4A16_FUSE_SILU=1: specq's gate_up linears store silu(gate) * up, and
+  LMDeploy's activation kernel is not run. A server named again in a run is named `-2`, `-3`… after:
+  `plain:specq,plain:specq+silu,plain:specq` is an A/B/A, whose two A's give the run's own spread.
 
 Outputs in --report-dir: e2e.json (whether FlashAttention-3 imports where the servers run, which LMDeploy
 then uses for attention in plain decoding too; every server's start time, decode rate, τ and step cost
@@ -74,9 +76,17 @@ def parse_server(item: str) -> dict[str, Any]:
 
 
 def parse_waves(text: str) -> list[list[dict[str, Any]]]:
-    return [
+    """`;` between waves, `,` between a wave's servers. A server named again gets `-2`, `-3`… after its name
+    (`plain:specq,plain:specq+silu,plain:specq`: an A/B/A, the two A's telling the run's own spread)."""
+    waves = [
         [parse_server(s) for s in wave.split(",") if s.strip()] for wave in text.split(";") if wave.strip()
     ]
+    seen: dict[str, int] = {}
+    for s in (s for wave in waves for s in wave):
+        seen[s["name"]] = seen.get(s["name"], 0) + 1
+        if seen[s["name"]] > 1:
+            s["name"] = f"{s['name']}-{seen[s['name']]}"
+    return waves
 
 
 def serve_cmd(s: dict[str, Any], twin: Path, bf16: Path, port: int, run_dir: Path) -> list[str]:
@@ -129,10 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--waves", default=WAVES)
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--trials", type=int, default=2)
+    ap.add_argument("--prompts", type=int, default=8, help="completion prompts a bench, 128 tokens each")
     ap.add_argument(
         "--alt", type=Path, help="the `alt` server's specq: a directory holding a `specq` package"
     )
     args = ap.parse_args(argv)
+    if args.prompts < 1:
+        ap.error("--prompts must be 1 or more")
     waves = parse_waves(args.waves)
     if any(s.get("alt") for wave in waves for s in wave) and not (args.alt and (args.alt / "specq").is_dir()):
         ap.error("the `alt` server needs --alt DIR, a directory with another build's `specq` package in it")
@@ -167,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             waves[0].append(parse_server("bf16"))
     prompts = rep / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"def function_{i}(x):\n    return"}) + "\n"
-                               for i in range(4)), encoding="utf-8")  # fmt: skip
+                               for i in range(args.prompts)), encoding="utf-8")  # fmt: skip
     base: dict[str, Any] = {}
     for n, wave in enumerate(waves):
         left = deadline - time.monotonic()
@@ -215,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd = specq(
                 "bench", "--url", f"http://127.0.0.1:{s['port']}", "--draft-tokens", str(s["k"]),
                 "--tokenizer",
-                str(twin / "target"), "--prompts", str(prompts), "--mode", "completion", "--requests", "4",
+                str(twin / "target"), "--prompts", str(prompts), "--mode", "completion",
+                "--requests", str(args.prompts),
                 "--max-tokens", "128", "--ignore-eos", "--trials", str(args.trials if not s["k"] else 1),
                 "--json",
                 "--out", str(rep / name),

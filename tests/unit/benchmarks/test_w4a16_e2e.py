@@ -25,6 +25,13 @@ def test_the_waves_name_each_server_and_an_unknown_one_is_refused() -> None:
     assert E.parse_server("mtp3+silu")["name"] == "mtp3-silu"
     with pytest.raises(ValueError, match="unknown server"):
         E.parse_server("bf16+silu")
+    # a server named again (an A/B/A) gets its own name: its port, run directory and report are its own
+    aba = E.parse_waves("plain:specq,plain:specq+silu,plain:specq;plain:specq")
+    assert [[s["name"] for s in w] for w in aba] == [
+        ["plain-specq", "plain-specq-silu", "plain-specq-2"],
+        ["plain-specq-3"],
+    ]
+    assert aba[0][2]["kernel"] == "specq" and "silu" not in aba[0][2]
 
 
 def test_an_alt_server_needs_a_directory_with_a_specq_package(tmp_path: Path, capsys) -> None:
@@ -43,3 +50,9 @@ def test_the_report_says_whether_flash_attention_3_is_on_the_servers_path(tmp_pa
     assert report["fa3"] is has_fa3 and report["servers"] == []
     first = (tmp_path / "r" / "e2e.md").read_text().splitlines()[0]
     assert first == f"FlashAttention-3 on the servers' path: {'yes' if has_fa3 else 'no'}"
+    # 8 prompts unless told: the bars count agreeing outputs out of 8
+    assert len((tmp_path / "r" / "prompts.jsonl").read_text().splitlines()) == 8
+    three = ["--out", str(tmp_path / "w"), "--report-dir", str(tmp_path / "r3"), "--waves", ""]
+    three += ["--prompts", "3"]
+    assert E.main(three) == 0
+    assert len((tmp_path / "r3" / "prompts.jsonl").read_text().splitlines()) == 3
