@@ -40,6 +40,10 @@ def test_an_alt_server_needs_a_directory_with_a_specq_package(tmp_path: Path, ca
         E.main([*args, "--alt", str(tmp_path)])
     assert exc.value.code == 2 and "needs --alt DIR" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()  # refused before anything ran
+    with pytest.raises(SystemExit) as exc:
+        E.main(["--out", str(tmp_path / "w"), "--report-dir", str(tmp_path / "r"), "--prompts", "0"])
+    assert exc.value.code == 2 and "--prompts must be 1 or more" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
 
 
 def test_the_report_says_whether_flash_attention_3_is_on_the_servers_path(tmp_path: Path) -> None:
