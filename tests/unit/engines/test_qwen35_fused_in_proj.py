@@ -11,16 +11,9 @@ text is checked instead (test_lmdeploy_w4a16_patch.py)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-
-from specq.pipeline.engines import lmdeploy_compat as compat
-from specq.pipeline.engines.lmdeploy_compat import hook
+from lmdeploy_child import run_patched
 
 HERE = Path(__file__).resolve().parent
 
@@ -93,19 +86,7 @@ print(json.dumps({
 
 
 def test_the_fused_layer_loads_and_computes_the_unfused_bits(tmp_path) -> None:
-    pytest.importorskip("lmdeploy.pytorch.models.qwen3_5", reason="LMDeploy 0.18.0's PyTorch engine")
-    if compat.status(patch=compat.W4A16_PATCH).state != "applies":
-        pytest.skip("the installed LMDeploy is not 0.18.0 as released")
-    script = tmp_path / "child.py"
-    script.write_text(CHILD)
-    env = {k: v for k, v in os.environ.items() if k not in (compat.ENV, hook.LOG_ENV)}
-    env = compat.launch_env(env, compat.status(patch=compat.W4A16_PATCH))
-    proc = subprocess.run(
-        [sys.executable, str(script), str(HERE)], env={**env, "TRITON_INTERPRET": "1"}, capture_output=True,
-        text=True, timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_patched(tmp_path, CHILD, str(HERE))
     assert out["patched"] == "w4a16-specq"
     assert "in_proj_qkvz" in out["fused"] and not {"in_proj_qkv", "in_proj_z"} & set(out["fused"])
     assert {"in_proj_qkv", "in_proj_z"} <= set(out["plain"]) and "in_proj_qkvz" not in out["plain"]

@@ -10,16 +10,9 @@ no LMDeploy 0.18.0, so there the patched text is checked instead (test_lmdeploy_
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-
-from specq.pipeline.engines import lmdeploy_compat as compat
-from specq.pipeline.engines.lmdeploy_compat import hook
+from lmdeploy_child import run_patched
 
 HERE = Path(__file__).resolve().parent
 KERNEL_TESTS = HERE.parent / "kernels"
@@ -65,21 +58,7 @@ print(json.dumps({
 
 
 def test_the_fused_mlp_gives_the_unfused_mlps_bits(tmp_path) -> None:
-    pytest.importorskip("lmdeploy.pytorch.models.qwen3_5", reason="LMDeploy 0.18.0's PyTorch engine")
-    if compat.status(patch=compat.W4A16_PATCH).state != "applies":
-        pytest.skip("the installed LMDeploy is not 0.18.0 as released")
-    script = tmp_path / "child.py"
-    script.write_text(CHILD)
-    env = {
-        k: v for k, v in os.environ.items() if k not in (compat.ENV, hook.LOG_ENV, "SPECQ_W4A16_FUSE_SILU")
-    }
-    env = compat.launch_env(env, compat.status(patch=compat.W4A16_PATCH))
-    proc = subprocess.run(
-        [sys.executable, str(script), str(KERNEL_TESTS), str(HERE)], env={**env, "TRITON_INTERPRET": "1"},
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_patched(tmp_path, CHILD, str(KERNEL_TESTS), str(HERE))
     assert out["patched"] == "w4a16-specq"
     assert out["flags"] == [True, False] and out["silu_mul"] == [True, False]
     # the fused gate_up answers the activation (384 wide, not 768), and LMDeploy's activation is not run
